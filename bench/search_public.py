@@ -120,6 +120,14 @@ def spec_of(row: PublicRun, balanced: int, ep_overlap: bool = False) -> SearchSp
     }
     if "ppb" in raw:
         spec_raw["ppb"] = raw["ppb"]
+    if "memory" in raw:  # the Megatron CI GPT 7B rows' CUBLAS_WORKSPACE_CONFIG
+        spec_raw["memory"] = raw["memory"]
+    if "framework_release" in raw:
+        # the releases the row's container ran (bench/_nemo.py RELEASES_2511, RELEASES_2604), as its own
+        # `as published` time prices them; until session 27 the search priced every strategy, the published one
+        # placed among them too, at the newest code ppb follows (Qwen3 30B-A3B EP16 on 16 H100 at 26.04: the
+        # first, MBS 2, 18.746 s in the search against 18.795 s for `ppb estimate` of the same settings)
+        spec_raw["framework_release"] = raw["framework_release"]
     return parse_search_spec(spec_raw, f"bench/public_runs.py row {row.name!r}", ROOT / "configs")
 
 

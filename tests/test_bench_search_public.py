@@ -59,3 +59,24 @@ def test_virtual_stages_given_by_a_layout_alone_are_the_strategys(bench, rows):
     assert (strategy.pp, strategy.vpp, strategy.schedule, strategy.dp, strategy.ep) == (8, 4, "interleaved", 16, 32)
     assert (strategy.etp, strategy.micro_batches) == (1, 128)
     assert 4 in bench.spec_of(row, 4).limits.vpp
+
+
+def test_the_search_runs_the_releases_of_the_rows_container(bench, rows):
+    """A NeMo row states the releases its container ran (bench/_nemo.py: 26.04 is Megatron Core 0.17.0,
+    Transformer Engine 2.14, PyTorch 2.11.0a0); the search of its job prices every strategy under them, as
+    the row's own time is priced. The spec dropped them, so each strategy ran the newest code ppb follows."""
+    row = rows["NeMo 26.04 Qwen3 30B-A3B FP8 EP16 (16 H100)"]
+    spec = bench.spec_of(row, 4)
+    stated = spec.framework_release.model_dump(exclude_none=True)
+    assert (stated["megatron_core"], stated["transformer_engine"], stated["pytorch"]) == ("0.17.0", "2.14", "2.11.0a0")
+    run = validate(spec, bench.published_strategy(row))
+    assert run.framework_release.model_dump(exclude_none=True) == stated
+
+
+def test_the_search_runs_the_rows_cublas_workspace(bench, rows):
+    # Megatron CI GPT 7B TP1 PP4 (H100) ran CUBLAS_WORKSPACE_CONFIG=:4096:8 (its row's memory section): the
+    # search of its job prices every strategy with it, 4096 KiB · 8 = 32 MiB a handle
+    row = rows["Megatron CI GPT 7B TP1 PP4 (H100)"]
+    assert row.raw["memory"] == {"cublas_workspace_config": ":4096:8"}
+    run = validate(bench.spec_of(row, 4), bench.published_strategy(row))
+    assert run.memory.cublas_workspace_bytes == 32 * 1024 * 1024

@@ -227,6 +227,22 @@ def test_ulysses_cp_is_refused_where_the_framework_cannot_run_it():
     parse_run_config(titan, "run.yaml")
 
 
+def test_torchtitan_refuses_more_tensor_ranks_than_key_value_heads():
+    # BASE: 16 heads, 4 key/value heads. Megatron-Core replicates key/value heads where tp exceeds them
+    # (attention.py: num_query_groups < world_size, d98e8a64): tp 8 runs, 2 heads a rank, one key/value head
+    # shared. torchtitan shards wk/wv column-wise, 4 · head_dim over 8 ranks is half a head a rank:
+    # torchtitan/models/common/decoder.py (b5bcd76c6, #2577) raises "tensor_parallel_degree (8) must divide
+    # n_kv_heads (4)"; tp 4 (one key/value head a rank) runs.
+    megatron = _raw(parallel__tp=8, parallel__dp=1, parallel__pp=1)
+    parse_run_config(megatron, "run.yaml")
+    titan = {**megatron, "framework": "torchtitan", "parallel": {**megatron["parallel"], "fsdp": True}}
+    error = _error(titan)
+    assert error.field == "models.0.num_key_value_heads"
+    assert "torchtitan shards 4 key/value heads over tp 8 and replicates none" in error.problem
+    titan["parallel"] = {**titan["parallel"], "tp": 4, "dp": 2}
+    parse_run_config(titan, "run.yaml")
+
+
 def test_moe_and_mla_combinations():
     moe = {"num_experts": 8, "experts_per_token": 2, "moe_intermediate_size": 512}
     raw = _raw(parallel__ep=3, parallel__dp=6)

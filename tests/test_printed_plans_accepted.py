@@ -216,8 +216,16 @@ def test_the_searchs_torchtitan_files_are_accepted(written) -> None:
         toml = tomllib.loads(path.read_text())
         ac = toml.get("activation_checkpoint", {})
         s = entry.strategy
-        if s.pp == 1:  # no split to say: the [activation_checkpoint] table alone, a mode torchtitan takes
-            assert set(toml) == {"activation_checkpoint"} and ac["mode"] in ("none", "full", "selective")
+        par = toml["parallelism"]
+        # the degrees the search chose (session 27): torchtitan's world is replicate · shard · cp · tp · pp
+        world = par["data_parallel_replicate_degree"] * par["data_parallel_shard_degree"]
+        world *= par["context_parallel_degree"] * par["tensor_parallel_degree"] * par.get("pipeline_parallel_degree", 1)
+        assert world == spec.devices
+        if s.pp == 1:  # no split to say: a mode torchtitan takes, and the batch as accumulation steps
+            assert set(toml) == {"parallelism", "activation_checkpoint", "training"}
+            assert ac["mode"] in ("none", "full", "selective")
+            _, local, steps, batch_problems = torchtitan_batch(toml["training"], par, s.dp)
+            assert batch_problems == [] and (local, steps) == (s.micro_batch_size, s.micro_batches)
             checked += 1
             continue
         micro, scheduled, steps, batch_problems = torchtitan_batch(toml["training"], toml["parallelism"], s.dp)

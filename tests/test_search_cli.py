@@ -4,13 +4,17 @@ input refused in one line with exit 2 and nothing written."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from ppb_core.cli.main import main
-from ppb_core.cli.search import proven_line
+from ppb_core.cli.search import _Progress, behind, dualpipev_line, limits_line, proven_line, stage_peaks_line
 from ppb_core.config.run import load_run_config
+from ppb_core.search.enumerate import Strategy
+from ppb_core.search.rank import Ranked
+from ppb_core.search.spec import SearchOptions, load_search_spec
 
 DATA = Path(__file__).parent / "data" / "search"
 
@@ -98,3 +102,104 @@ def test_a_search_that_ranks_nothing_says_so_without_an_empty_table(tmp_path: Pa
     out = capsys.readouterr().out
     assert "no strategy is ranked: each one of the grid is counted below by its reason" in out
     assert "the 0 fastest" not in out and "memory: no plan fits" in out
+    # the work's limits, named in one line after the counts (tiny-dense's top 5, the other defaults)
+    assert out.rstrip().splitlines()[-1].startswith("limits (search.*): top 5, balance_work 0.02")
+
+
+def _ranked(breakdown: dict[str, float]) -> Ranked:
+    """A ranked entry whose seconds are its breakdown's sum, as `run_iteration` makes them."""
+    strategy = Strategy(1, 1, 2, 4, 1, "1f1b", 1, 1, False, "ring", 1, False, 1, 8, 0)
+    seconds = sum(breakdown.values())
+    return Ranked(strategy, seconds, 1.0, 0.5, 0.5, breakdown, 1000.0, 2000.0, None, {}, seconds)
+
+
+def test_each_strategy_after_the_first_says_where_it_loses() -> None:
+    """The table's `behind #1 (where)`: the seconds over the first and the breakdown parts grown most.
+    By hand: compute 2.000 → 2.010 (+0.010), bubble 0.300 → 0.420 (+0.120), DP comm 0.050 → 0.080
+    (+0.030), optimizer 0.040 → 0.040 (0), p2p 0.020 → 0.0204 (+0.0004, under a millisecond: left out);
+    total 2.410 → 2.5704, +0.1604 s; the two grown most are the bubble, then DP comm."""
+    first = _ranked({"compute": 2.0, "bubble": 0.3, "dp_communication": 0.05, "optimizer": 0.04, "p2p": 0.02})
+    second = _ranked({"compute": 2.01, "bubble": 0.42, "dp_communication": 0.08, "optimizer": 0.04, "p2p": 0.0204})
+    assert behind(first, second) == "+0.160 s: bubble +0.120, DP comm +0.030"
+    # grown by less than a millisecond everywhere (p2p +0.0004): the seconds alone
+    third = _ranked({"compute": 2.0, "bubble": 0.3, "dp_communication": 0.05, "optimizer": 0.04, "p2p": 0.0204})
+    assert behind(first, third) == "+0.000 s"
+    # slower for one part although another shrank: FSDP comm +0.200 (0 → 0.2), compute −0.100 not named
+    fourth = _ranked(
+        {"compute": 1.9, "bubble": 0.3, "dp_communication": 0.05, "optimizer": 0.04, "p2p": 0.02,
+         "fsdp_communication": 0.2}
+    )  # fmt: skip
+    assert behind(first, fourth) == "+0.100 s: FSDP comm +0.200"
+
+
+def test_screening_a_large_grid_shows_each_part_screened(capsys) -> None:
+    """Piped, screening said nothing between its first and last lines: DeepSeek-V3 on 2048 devices screened
+    13,104 strategies for minutes in silence. Each part of the grid screened is a line now; the last part is
+    the "screened N; balancing" line. Events as `search_points` sends them for 10 points in two parts, 4
+    then 6, of which 3 and then 5 more are valid (2 refused by the validator)."""
+    progress = _Progress(load_search_spec(DATA / "tiny-dense.yaml"))
+    progress("enumerated", {"enumerated": 10})
+    progress("screened", {"screened": 3, "examined": 4, "total": 10})
+    progress("screened", {"screened": 8, "examined": 10, "total": 10})
+    progress("screening done", {"screened": 8, "seconds": 1.0})
+    lines = [line.split("] ", 1)[1] for line in capsys.readouterr().err.splitlines()]
+    assert lines == [
+        "screening 10 strategies",
+        "screened 4 of 10 (3 valid)",
+        "screened 8; balancing the most promising",
+    ]
+
+
+def test_the_limits_of_the_work_are_named_in_one_line() -> None:
+    """Defaults as docs/search.md lists them (top 20, balance_work 0.02, no budget, waves of 4, no clock);
+    then a spec's own."""
+    assert limits_line(SearchOptions()) == (
+        "limits (search.*): top 20, balance_work 0.02 of the balancer's work limits each, balance_budget none, "
+        "wave 4; no wall clock"
+    )
+    said = limits_line(SearchOptions(top=5, balance_budget=1200, time_budget_s=600, evaluation_timeout_s=30.5))
+    assert said == (
+        "limits (search.*): top 5, balance_work 0.02 of the balancer's work limits each, balance_budget 1,200, "
+        "wave 4; wall clock: evaluation_timeout_s 30.5, time_budget_s 600"
+    )
+
+
+def test_the_table_says_how_to_launch_the_first(tmp_path: Path, capsys) -> None:
+    """A Megatron search printed no flags (only `-o DIR` wrote them; a torchtitan search printed its TOML): the
+    first's Megatron-LM flags follow the table now, as its `01-<name>.megatron.txt` holds them."""
+    out = tmp_path / "top"
+    assert main(["search", str(DATA / "tiny-dense.yaml"), "-q", "--top", "1", "--workers", "1", "-o", str(out)]) == 0
+    printed = capsys.readouterr().out.splitlines()
+    (written,) = out.glob("01-*.megatron.txt")
+    name = written.name.removeprefix("01-").removesuffix(".megatron.txt")
+    start = printed.index(f"#1 {name} as Megatron-LM flags:")
+    flags = printed[start + 1 :]
+    assert "\n".join(flags) + "\n" == written.read_text()
+    # the sizes its name says (`tp2sp-cp1-pp1-dp4-...`: tp 2), and tiny-dense's batch of 24 sequences of 4096
+    tp = int(name.split("-")[0].removeprefix("tp").removesuffix("sp"))
+    assert f"--tensor-model-parallel-size {tp} \\" in flags
+    assert "--global-batch-size 24 \\" in flags and any(line.startswith("--seq-length 4096") for line in flags)
+    # search.json keeps each stage's peak; the busiest is the table's peak, one a pipeline stage
+    (first,) = json.loads((out / "search.json").read_text())["ranked"]
+    stages = first["stage_peak_memory_mb"]
+    assert len(stages) == first["parallel"]["pp"] and max(stages) == first["peak_memory_mb"]
+
+
+def test_a_pipelined_firsts_peak_is_said_stage_by_stage() -> None:
+    """By hand: 68,000 MB / 1,024 = 66.41 GiB, 61,440 MB = 60.0 GiB; 77,559 MB a stage may use = 75.74 GiB."""
+    entry = _ranked({"compute": 1.0})
+    entry = Ranked(**{**entry.__dict__, "memory_mb": 77559.0, "stage_peaks_mb": (68000.0, 61440.0)})
+    assert stage_peaks_line(entry) == "peak GiB by pipeline stage 66.4 | 60.0 (of 75.7 GiB a stage may use)"
+
+
+def test_a_ranked_dualpipev_strategy_under_megatron_is_said_not_megatrons() -> None:
+    """searches/deepseek-v3-2048.yaml lists dualpipev under framework megatron and ranks DualPipeV first
+    (tp2sp-cp1-pp8v2d-dp64-ep32-z1-b1m240-r0 on 1024 H100s); Megatron-LM runs no DualPipeV. Said once
+    under the table; nothing when none is ranked or the framework is torchtitan (torch's ScheduleDualPipeV)."""
+    spec = load_search_spec(DATA / "tiny-dense.yaml")
+    dualpipe = _ranked({"compute": 1.0})
+    dualpipe = Ranked(**{**dualpipe.__dict__, "strategy": replace(dualpipe.strategy, vpp=2, schedule="dualpipev")})
+    assert dualpipev_line(spec, [_ranked({"compute": 1.0})]) is None
+    assert dualpipev_line(spec, [dualpipe]).startswith("DualPipeV (`v2d` in a name): DeepSeek's schedule")
+    titan = spec.model_copy(update={"framework": "torchtitan"})
+    assert dualpipev_line(titan, [dualpipe]) is None

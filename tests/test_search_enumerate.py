@@ -219,3 +219,22 @@ def test_limits_that_leave_pipelining_or_the_whole_grid_empty_are_one_line() -> 
     with pytest.raises(InputError) as caught:
         list(enumerate_strategies(tiny(tp=[4], pp=[4])))
     assert caught.value.field == "limits" and "no tp·cp·pp of the limits divides the 8 devices" in caught.value.problem
+
+
+def test_a_torchtitan_grid_holds_no_tp_its_key_value_heads_cannot_split() -> None:
+    """tiny-titan with 8 heads (2 key/value heads) and tp 1, 2, 4 on nodes of 4: tp 2 splits both (4 heads,
+    1 key/value head a rank); tp 4 splits the heads (2 a rank) but not the 2 key/value heads, which
+    Megatron-Core replicates (attention.py, num_query_groups < world_size) and torchtitan does not
+    (torchtitan/models/common/decoder.py, b5bcd76c6: "tensor_parallel_degree (4) must divide n_kv_heads (2)").
+    Before session 27 the tp 4 points were valid strategies and could rank."""
+    raw = yaml.safe_load((DATA / "tiny-titan.yaml").read_text())
+    raw["models"][0]["spec"]["num_attention_heads"] = 8
+    raw["limits"].update(tp=[1, 2, 4], pp=[1], vpp=[1])
+    valid, refused = verdicts(parse_search_spec(raw, DATA / "tiny-titan.yaml", DATA))
+    assert {s.tp for s in valid} == {1, 2}
+    said = "torchtitan shards N key/value heads over tp N and replicates none: tp must divide them"
+    assert refused[f"models.0.num_key_value_heads: {said}"] > 0
+    raw["framework"] = "megatron"  # Megatron-Core runs the tp 4 points
+    raw["limits"]["fsdp"] = [False]
+    valid, _ = verdicts(parse_search_spec(raw, DATA / "tiny-titan.yaml", DATA))
+    assert 4 in {s.tp for s in valid}

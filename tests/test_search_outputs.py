@@ -202,14 +202,38 @@ def test_a_torchtitan_search_writes_job_toml_lines_that_import_to_the_plans_spli
     for place, entry in enumerate(result.ranked, start=1):
         stem = tmp_path / "top" / f"{place:02d}-{entry.strategy.label(result.spec)}"
         toml = stem.with_name(stem.name + ".torchtitan.toml")
-        if entry.strategy.pp == 1:  # no split to place: the plan's [activation_checkpoint] alone
-            said = json.loads(stem.with_name(stem.name + ".plan.json").read_text())["torchtitan"]
-            assert "[parallelism]" not in toml.read_text() and said["module_fqns_per_model_part"] is None
-            assert toml.read_text().splitlines()[-len(said["lines"]) :] == said["lines"]
+        lines = toml.read_text().splitlines()
+        s = entry.strategy
+        # the degrees the search chose, which the job cannot know (torchtitan's names; FSDP2 shards over
+        # dp_shard, replicate (ZeRO-0) over dp_replicate; tiny-titan has no experts): `ppb balance` reads them
+        # from the run config, so the search says them (before session 27 a PP 1 strategy's lines were its
+        # [activation_checkpoint] alone, no degree and no batch)
+        assert lines[:5] == [
+            "[parallelism]",
+            f"data_parallel_replicate_degree = {1 if s.fsdp else s.dp}",
+            f"data_parallel_shard_degree = {s.dp if s.fsdp else 1}",
+            f"tensor_parallel_degree = {s.tp}",
+            f"context_parallel_degree = {s.cp}",
+        ]
+        assert json.loads(stem.with_name(stem.name + ".plan.json").read_text())["torchtitan"]["lines"] == lines
+        job = tmp_path / f"job{place}.toml"
+        # the lines' [training] keys merged into the job's own [training], as their comment says
+        text, _, training = "\n".join(lines).partition("[training]\n")
+        assert "local_batch_size" in training
+        job.write_text(TITAN_REST.replace("local_batch_size = 4\n", training + "\n") + text + "\n")
+        out = tmp_path / f"imported{place}.yaml"
+        assert main(["import", "torchtitan", str(job), "--gpus", "8", "--device", "h100-80gb", "-o", str(out)]) == 0
+        raw = yaml.safe_load(out.read_text())
+        # the strategy as ranked, read back by `ppb import torchtitan`: its sizes and the batch it was ranked at
+        # (not the job's own local_batch_size 4), ZeRO-0 for replicate and FSDP2 (ZeRO-3) for shard
+        assert (raw["parallel"]["dp"], raw["parallel"]["tp"], raw["parallel"]["pp"]) == (s.dp, s.tp, s.pp)
+        assert raw["parallel"]["zero"] == (3 if s.fsdp else 0)
+        batch = (raw["training"]["micro_batch_size"], raw["training"]["micro_batches"])
+        assert batch == (s.micro_batch_size, s.micro_batches)
+        if s.pp == 1:  # no split to place
+            assert "module_fqns_per_model_part" not in toml.read_text()
             continue
         written += 1
-        lines = toml.read_text().splitlines()
-        assert json.loads(stem.with_name(stem.name + ".plan.json").read_text())["torchtitan"]["lines"] == lines
         # the plan's split, model order chunk by chunk (torchtitan's "loop" style): E on the first, L on the last
         chunks, stages = len(entry.plan["cells"]), len(entry.plan["cells"][0])
         counts = [entry.plan["cells"][v][s]["options"] for v in range(chunks) for s in range(stages)]
@@ -217,23 +241,8 @@ def test_a_torchtitan_search_writes_job_toml_lines_that_import_to_the_plans_spli
             ("E" if i == 0 else "") + "t" * sum(c.values()) + ("L" if i == len(counts) - 1 else "")
             for i, c in enumerate(counts)
         )
-        dp = entry.strategy.dp
-        job = tmp_path / f"job{place}.toml"
-        # the lines' [training] keys merged into the job's own [training], as their comment says
-        text, _, training = "\n".join(lines).partition("[training]\n")
-        text = text.replace(
-            "[parallelism]\n", f"[parallelism]\ndata_parallel_shard_degree = {dp}\ntensor_parallel_degree = 1\n", 1
-        )
-        assert "local_batch_size" in training
-        job.write_text(TITAN_REST.replace("local_batch_size = 4\n", training + "\n") + text + "\n")
-        out = tmp_path / f"imported{place}.yaml"
-        assert main(["import", "torchtitan", str(job), "--gpus", "8", "--device", "h100-80gb", "-o", str(out)]) == 0
-        raw = yaml.safe_load(out.read_text())
         assert raw["parallel"]["layout"] == split
-        assert raw["parallel"]["pp"] == 2 and raw["training"]["recompute"] == {"mode": "none"}
-        # the batch the strategy was ranked at, not the job's own local_batch_size 4
-        batch = (raw["training"]["micro_batch_size"], raw["training"]["micro_batches"])
-        assert batch == (entry.strategy.micro_batch_size, entry.strategy.micro_batches)
+        assert raw["training"]["recompute"] == {"mode": "none"}
     # every pipelined plan of the ranking gets its lines (tiny-titan's holds PP 2 × 2 chunks, ZeRO-0)
     assert written == sum(entry.strategy.pp > 1 for entry in result.ranked) >= 1
     capsys.readouterr()

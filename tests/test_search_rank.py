@@ -185,6 +185,20 @@ def test_megatron_flags_of_a_strategy() -> None:
     ]
 
 
+def test_a_dualpipev_strategy_has_no_megatron_schedule_flag() -> None:
+    # Megatron-LM has no DualPipeV (d98e8a64: no schedule of that name); the balancer's note says so and gives
+    # no layout (`balance.outputs.not_megatrons`). The flags carried --num-virtual-stages-per-pipeline-rank 2,
+    # which launches the interleaved schedule instead (and, without a layout, is refused where the layers do
+    # not fill pp·vpp chunks evenly: DeepSeek-V3's 61 on PP8 V2). The sizes and batch stay; no schedule flag.
+    spec = load_search_spec(DATA / "tiny-moe.yaml")
+    strategy = Strategy(1, 1, 2, 4, 2, "dualpipev", 4, 1, False, "ring", 1, False, 1, 4, 0)
+    flags = megatron_flags(spec, strategy, {"megatron": {"note": "Megatron-LM does not run DualPipeV"}})
+    assert not any("virtual" in flag or "layout" in flag for flag in flags)
+    assert "--pipeline-model-parallel-size 2" in flags and "--global-batch-size 16" in flags  # 1 · 4 · 4
+    interleaved = Strategy(1, 1, 2, 4, 2, "interleaved", 4, 1, False, "ring", 1, False, 1, 4, 0)
+    assert "--num-virtual-stages-per-pipeline-rank 2" in megatron_flags(spec, interleaved, {"megatron": {}})
+
+
 def test_megatron_flags_say_the_context_parallelism_and_the_combined_1f1b_priced() -> None:
     # Megatron-LM's default --cp-comm-type is p2p, the ring (arguments.py, d98e8a64): a Ulysses strategy's flags
     # say a2a and an all-gather one's all_gather, or the pasted flags run the ring; a combined 1F1B strategy's

@@ -284,6 +284,22 @@ def test_a_search_s_release_reaches_every_strategy() -> None:
     assert str(caught.value).startswith("s.yaml: framework_release.transformer_engine: is Megatron-Core's")
 
 
+def test_a_search_s_cublas_workspace_reaches_every_strategy() -> None:
+    """A spec's `memory` section was refused as an unknown field, so a job run with CUBLAS_WORKSPACE_CONFIG
+    (the Megatron CI GPT 7B rows' ':4096:8') could not be searched as it ran. Each strategy now carries it:
+    4096 KiB × 8 = 32 MiB a cuBLAS handle (PyTorch CublasHandlePool.cpp `parseChosenWorkspaceSize`)."""
+    raw = tiny() | {"memory": {"cublas_workspace_config": ":4096:8"}}
+    spec = parse_search_spec(raw, DATA / "tiny-dense.yaml", DATA)
+    strategy = next(s for s in enumerate_strategies(spec) if not isinstance(s, Refusal))
+    run = parse_run_config(strategy.run_raw(spec), "s.yaml")
+    assert run.memory.cublas_workspace_bytes == 4096 * 8 * 1024
+    # one run's measured stage peaks calibrate that run, not a grid of layouts: refused in one line
+    raw["memory"]["calibration"] = "peaks.csv"
+    with pytest.raises(InputError) as caught:
+        parse_search_spec(raw, "s.yaml", DATA)
+    assert str(caught.value).startswith("s.yaml: memory.calibration: is one run's measured stage peaks")
+
+
 @pytest.mark.parametrize(
     ("change", "words"),
     [

@@ -121,7 +121,7 @@ def _log_progress(context: dg.OpExecutionContext, spec: SearchSpec, shard_name: 
     """Strategies screened, balanced, and the best so far, in the step's log."""
 
     def progress(event: str, figures: dict) -> None:
-        if event == "screened" and figures["screened"] == figures["total"]:
+        if event == "screening done":  # "screened" never counted the refused points up to the total
             context.log.info(f"{shard_name}: {counted(figures['screened'], 'strategy', 'strategies')} screened")
         elif event == "balanced":
             best: Ranked | None = figures.get("best")

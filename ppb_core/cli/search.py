@@ -25,9 +25,9 @@ from ppb_core.balance.torchtitan_plan import torchtitan_lines
 from ppb_core.cli.console import table_console
 from ppb_core.errors import InputError
 from ppb_core.io import check_output
-from ppb_core.search.outputs import result_json, torchtitan_said, write_ranking
-from ppb_core.search.rank import BALANCER_FAILED, BALANCER_TIMEOUT, SearchResult, search
-from ppb_core.search.spec import SearchSpec, load_search_spec
+from ppb_core.search.outputs import megatron_text, mindformers_text, result_json, torchtitan_said, write_ranking
+from ppb_core.search.rank import BALANCER_FAILED, BALANCER_TIMEOUT, Ranked, SearchResult, search
+from ppb_core.search.spec import SearchOptions, SearchSpec, load_search_spec
 from ppb_core.units import counted
 
 
@@ -100,6 +100,10 @@ class _Progress:
         if not self.live:
             if event == "enumerated":
                 self._line(f"screening {counted(figures['enumerated'], 'strategy', 'strategies')}")
+            elif event == "screened" and figures.get("examined", 0) < figures["total"]:
+                # each part of the grid screened (the part's strategies share a schedule shape), so a large
+                # grid's minutes of screening show where they are; the last part is "screening done"'s line
+                self._line(f"screened {figures['examined']:,} of {figures['total']:,} ({figures['screened']:,} valid)")
             elif event == "screening done":
                 self._line(f"screened {figures['screened']:,}; balancing the most promising")
             elif event == "balanced":
@@ -108,7 +112,9 @@ class _Progress:
         if event == "enumerated":
             self.screen = self.progress.add_task("screening", total=figures["enumerated"])
         elif event == "screened" and self.screen is not None:
-            self.progress.update(self.screen, completed=figures["screened"])
+            # the points screened or refused, out of all enumerated (the valid ones alone never reach the total
+            # where the validator refuses some)
+            self.progress.update(self.screen, completed=figures["examined"])
         elif event == "balanced":
             if self.balance is None:
                 self.balance = self.progress.add_task("balancing", total=None)
@@ -160,8 +166,9 @@ def render(result: SearchResult) -> None:
         "gain over uniform",
         "bound s",
         *(["MTP layers"] if mtp else []),
+        "behind #1 (where)",
     ):
-        table.add_column(name, justify="left" if name in ("strategy", "MTP layers") else "right")
+        table.add_column(name, justify="left" if name in ("strategy", "MTP layers", "behind #1 (where)") else "right")
     for place, entry in enumerate(result.ranked, start=1):
         table.add_row(
             str(place),
@@ -174,9 +181,13 @@ def render(result: SearchResult) -> None:
             "—" if entry.gain is None else f"{entry.gain:.3f}×",
             f"{entry.bound_s:.3f}",
             *([MTP_WORDS.get(entry.mtp or "", "with the loss (one place)")] if mtp else []),
+            "—" if place == 1 else behind(result.ranked[0], entry),
         )
     if result.ranked:
         console.print(table)
+    said = dualpipev_line(spec, result.ranked)
+    if said:
+        console.print(said, markup=False, highlight=False)
     if mtp:
         console.print(
             "MTP layers: each strategy with PP ≥ 2 (not DualPipeV) balanced with them beside the loss and apart on "
@@ -217,7 +228,52 @@ def render(result: SearchResult) -> None:
     console.print(
         ", ".join(f"{name.replace('_', ' ')} {counts.get(name, 0):,}" for name in counts) + f"; {result.seconds:.1f} s"
     )
+    console.print(limits_line(spec.search), markup=False, highlight=False)
+    if result.ranked and len(result.ranked[0].stage_peaks_mb) > 1:
+        first = result.ranked[0]
+        console.print(f"#1 {first.strategy.label(spec)}: {stage_peaks_line(first)}", markup=False, highlight=False)
     _torchtitan(console, spec, result)
+    _launch(console, spec, result)
+
+
+# `run_iteration`'s breakdown terms (they add up to the iteration's seconds) in a user's words
+BREAKDOWN_WORDS = {
+    "compute": "compute",
+    "bubble": "bubble",
+    "fsdp_communication": "FSDP comm",
+    "p2p": "p2p",
+    "dp_communication": "DP comm",
+    "optimizer": "optimizer",
+    "bookkeeping": "bookkeeping",
+}
+
+
+def behind(first: Ranked, entry: Ranked, terms: int = 2) -> str:
+    """Why *entry* loses to the first: its seconds over the first's, and the (at most *terms*) parts of
+    `run_iteration`'s breakdown that grew most, each as its growth (`+0.120 s: bubble +0.100, DP comm +0.030`);
+    parts grown by under a millisecond are left out."""
+    grown = sorted(
+        ((entry.breakdown.get(key, 0.0) - first.breakdown.get(key, 0.0), key) for key in BREAKDOWN_WORDS),
+        key=lambda pair: (-pair[0], list(BREAKDOWN_WORDS).index(pair[1])),
+    )
+    parts = [f"{BREAKDOWN_WORDS[key]} +{delta:.3f}" for delta, key in grown[:terms] if delta >= 0.0005]
+    return f"+{entry.seconds - first.seconds:.3f} s" + (f": {', '.join(parts)}" if parts else "")
+
+
+def _launch(console: Console, spec: SearchSpec, result: SearchResult) -> None:
+    """How to launch the first ranked strategy, in its framework's words: Megatron-LM's flags or MindFormers'
+    yaml sections, as `-o DIR` writes them (`NN-<name>.megatron.txt`, `.mindformers.yaml`); torchtitan's
+    job-TOML lines are `_torchtitan`'s. Until session 27 only a torchtitan search printed them."""
+    if not result.ranked or spec.framework == "torchtitan":
+        return
+    entry = result.ranked[0]
+    if spec.framework == "megatron":
+        text, what = megatron_text(spec, entry), "Megatron-LM flags"
+    else:
+        text, what = mindformers_text(spec, entry), "MindFormers yaml"
+    console.print(f"#1 {entry.strategy.label(spec)} as {what}:", markup=False, highlight=False)
+    for line in text.splitlines():  # flags and yaml, not rich markup
+        console.print(line, markup=False, highlight=False, soft_wrap=True)
 
 
 def _torchtitan(console: Console, spec: SearchSpec, result: SearchResult) -> None:
@@ -234,6 +290,40 @@ def _torchtitan(console: Console, spec: SearchSpec, result: SearchResult) -> Non
         for line in torchtitan_lines(said):  # `[parallelism]` is TOML, not rich markup
             console.print(line, markup=False, highlight=False, soft_wrap=True)
         return
+
+
+def dualpipev_line(spec: SearchSpec, ranked: list[Ranked]) -> str | None:
+    """Under Megatron-LM, that a ranked DualPipeV strategy is not one it runs (None when none is ranked):
+    `limits.schedules: [.., dualpipev]` prices DeepSeek's schedule under Megatron's rules, and its flags
+    file has a note and no schedule (Megatron-LM d98e8a64 has no DualPipeV)."""
+    if spec.framework != "megatron" or not any(entry.strategy.schedule == "dualpipev" for entry in ranked):
+        return None
+    return (
+        "DualPipeV (`v2d` in a name): DeepSeek's schedule priced under Megatron-LM's rules; Megatron-LM does not "
+        "run it (torchtitan does), so such a strategy has no Megatron-LM schedule flags"
+    )
+
+
+def stage_peaks_line(entry: Ranked) -> str:
+    """Each pipeline stage's peak of a ranked plan and the room a stage has: where memory is tight."""
+    peaks = " | ".join(_gib(mb) for mb in entry.stage_peaks_mb)
+    return f"peak GiB by pipeline stage {peaks} (of {_gib(entry.memory_mb)} GiB a stage may use)"
+
+
+def limits_line(options: SearchOptions) -> str:
+    """The limits bounding the search's work, in one line: what a user widens when the ranking stops short."""
+    budget = "none" if options.balance_budget is None else f"{options.balance_budget:,}"
+    clocks = {
+        "balance_time_limit_s": options.balance_time_limit_s,
+        "evaluation_timeout_s": options.evaluation_timeout_s,
+        "time_budget_s": options.time_budget_s,
+    }
+    said = [f"{name} {value:g}" for name, value in clocks.items() if value is not None]
+    return (
+        f"limits (search.*): top {options.top}, balance_work {options.balance_work:g} of the balancer's work "
+        f"limits each, balance_budget {budget}, wave {options.wave}; "
+        + (f"wall clock: {', '.join(said)}" if said else "no wall clock")
+    )
 
 
 def proven_line(proven: int, unexamined_bound_s: float, gap: float | None) -> str:

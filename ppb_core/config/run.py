@@ -1522,6 +1522,16 @@ def _check_model(run: RunConfig, index: int, sub: SubModel, spec: ModelSpec | Vi
             f"{field}.num_key_value_heads",
             f"{spec.kv_heads} key/value heads and tp {par.tp}: neither divides the other",
         )
+    if run.framework == "torchtitan" and not spec.is_mla and spec.kv_heads % par.tp:
+        # torchtitan shards wk/wv column-wise and replicates no key/value head: b5bcd76c6
+        # torchtitan/models/common/decoder.py raises "tensor_parallel_degree (tp) must divide n_kv_heads" (#2577,
+        # fa8e6ccc9, March 2026); before it the attention's view(..., -1, head_dim) failed mid-forward (issue #932)
+        raise InputError(
+            where,
+            f"{field}.num_key_value_heads",
+            f"torchtitan shards {spec.kv_heads} key/value heads over tp {par.tp} and replicates none: tp must "
+            "divide them",
+        )
     if run.vocab_size(sub.name) % par.tp:
         raise InputError(
             where,

@@ -147,6 +147,9 @@ class Strategy:
             timing.pop("delay_wgrad_compute", None)
         if timing:
             raw["timing"] = timing
+        memory = spec.memory.model_dump(mode="json", exclude_defaults=True)
+        if memory:  # a search spec could not state it before session 27 (its memory section was refused)
+            raw["memory"] = memory
         ppb = spec.ppb.model_dump(mode="json", exclude_defaults=True)
         if ppb:
             raw["ppb"] = ppb

@@ -94,8 +94,11 @@ def megatron_flags(spec: SearchSpec, strategy: Strategy, plan: dict[str, Any]) -
         # layout and recompute, or the fastest plan Megatron-Core can say when it cannot say this one, whole
         # and shell-quoted, so that what is pasted runs as priced
         flags.append(megatron["flags"])
-    elif s.vpp > 1:
-        # no layout to paste (the comment lines above the flags say why): the chunks per rank alone
+    elif s.vpp > 1 and s.schedule != "dualpipev":
+        # no layout to paste (the comment lines above the flags say why): the chunks per rank alone; never for
+        # DualPipeV, which Megatron-LM does not run (its note says so): the flag would launch the interleaved
+        # schedule, which Megatron refuses besides where the layers do not fill pp·vpp chunks evenly (DeepSeek-V3's
+        # 61 on PP8 V2, printed until session 27)
         flags.append(f"--num-virtual-stages-per-pipeline-rank {s.vpp}")
         if s.group:
             flags.append(f"--microbatch-group-size-per-virtual-pipeline-stage {s.group}")
@@ -184,7 +187,7 @@ def write_run_configs(result: SearchResult, folder: str | Path, prefix: str, cou
         text, fields = _run_config_text(result.spec, entry, folder, stem, f"{stem}.mindformers.yml")
         files[folder / f"{stem}.yaml"] = text.encode()
         if not fields.complete:
-            files[folder / f"{stem}.mindformers.yml"] = _mindformers_text(result.spec, entry).encode()
+            files[folder / f"{stem}.mindformers.yml"] = mindformers_text(result.spec, entry).encode()
     write_files(files)
     return [path for path in files if path.suffix == ".yaml"]
 
@@ -211,7 +214,9 @@ def _run_config_text(
     return head + yaml.safe_dump(raw, sort_keys=False), fields
 
 
-def _mindformers_text(spec: SearchSpec, entry: Ranked) -> str:
+def mindformers_text(spec: SearchSpec, entry: Ranked) -> str:
+    """A ranked strategy's MindFormers yaml sections, as `NN-<name>.mindformers.yaml` holds them (and
+    `ppb search` prints the first's)."""
     return yaml.safe_dump(mindformers_settings(entry.strategy, entry.plan), sort_keys=False)
 
 
@@ -222,7 +227,37 @@ def torchtitan_said(spec: SearchSpec, entry: Ranked) -> dict[str, Any] | None:
         return None
     run = validate(spec, entry.strategy)
     assert not isinstance(run, Refusal)  # it was ranked
-    return torchtitan(entry.plan, run.training.recompute, (run.training.micro_batch_size, run.parallel.dp))
+    said = torchtitan(entry.plan, run.training.recompute, (run.training.micro_batch_size, run.parallel.dp))
+    if said is None or not said.get("lines"):
+        return said
+    return {**said, "lines": with_degrees(spec, entry.strategy, said["lines"])}
+
+
+def with_degrees(spec: SearchSpec, strategy: Strategy, lines: list[str]) -> list[str]:
+    """A search's torchtitan lines with what the search chose and `ppb balance`'s lines leave to the job (it
+    reads them from the run config): the `[parallelism]` degrees and, at PP 1, the batch. Until session 27
+    the lines of a PP 1 strategy were its `[activation_checkpoint]` alone, so `tp1-cp1-pp1-dp8-fsdp-b1m2`
+    printed `mode = "none"` and no degree or batch. torchtitan v0.2.2 config/job_config.py `Parallelism`: the
+    world is dp_replicate · dp_shard · cp · tp · pp; FSDP2 shards over dp_shard (× cp), DDP replicates over
+    dp_replicate; train.py: gradient_accumulation_steps = global_batch_size // (local_batch_size · dp)."""
+    s = strategy
+    shard = s.fsdp or s.zero >= 1
+    degrees = [
+        f"data_parallel_replicate_degree = {1 if shard else s.dp}",
+        f"data_parallel_shard_degree = {s.dp if shard else 1}",
+        f"tensor_parallel_degree = {s.tp}",
+        f"context_parallel_degree = {s.cp}",
+        *([f"expert_parallel_degree = {s.ep}", f"expert_tensor_parallel_degree = {s.etp}"] if spec.moe else []),
+    ]
+    if lines and lines[0] == "[parallelism]":  # PP > 1: the plan's pipeline keys, its batch already there
+        return [lines[0], *degrees, *lines[1:]]
+    batch = [  # PP 1: a step of m micro-batches is m accumulation steps of local_batch_size each
+        "# the batch the plan was priced at: merge these keys into your own [training] table",
+        "[training]",
+        f"local_batch_size = {s.micro_batch_size}",
+        f"global_batch_size = {s.micro_batch_size * s.micro_batches * s.dp}",
+    ]
+    return ["[parallelism]", *degrees, *lines, *batch]
 
 
 def torchtitan_text(said: dict[str, Any]) -> str:
@@ -247,12 +282,21 @@ def _entry_files(spec: SearchSpec, entry: Ranked, folder: Path, stem: str) -> di
     texts = {
         f"{stem}.yaml": config,
         f"{stem}.plan.json": json.dumps(plan, indent=2) + "\n",
-        f"{stem}.megatron.txt": _megatron_note(said) + " \\\n".join(megatron_flags(spec, entry.strategy, said)) + "\n",
-        f"{stem}.mindformers.yaml": _mindformers_text(spec, entry),
+        f"{stem}.megatron.txt": megatron_text(spec, entry, said),
+        f"{stem}.mindformers.yaml": mindformers_text(spec, entry),
     }
     if titan is not None:
         texts[f"{stem}.torchtitan.toml"] = torchtitan_text(titan)
     return {folder / name: text.encode() for name, text in texts.items()}
+
+
+def megatron_text(spec: SearchSpec, entry: Ranked, said: dict[str, Any] | None = None) -> str:
+    """A ranked strategy's Megatron-LM flags as `NN-<name>.megatron.txt` holds them (and `ppb search` prints the
+    first's): why they are not the plan's whole, as comment lines, then the flags one a line. *said*: the plan
+    with its `megatron` section as `megatron_said` gives it (computed when not given)."""
+    if said is None:
+        said = {**entry.plan, "megatron": megatron_said(spec, entry)}
+    return _megatron_note(said) + " \\\n".join(megatron_flags(spec, entry.strategy, said)) + "\n"
 
 
 def _megatron_note(plan: dict[str, Any]) -> str:

@@ -105,6 +105,8 @@ class Ranked:
     plan: dict[str, Any]  # the balancer's JSON, times in seconds (`estimate.seconds.in_seconds`)
     bound_s: float  # the lower bound the search held when it balanced this strategy
     balancer_peak_memory_mb: float = 0.0  # the busiest stage as the balancer's descriptions charge it
+    # each pipeline stage's peak as `peak_memory_mb` takes its busiest (the memory model's, reserved memory left out)
+    stage_peaks_mb: tuple[float, ...] = ()
 
     @property
     def stopped_by(self) -> str:
@@ -159,6 +161,7 @@ class Ranked:
                 "gain_over_uniform": self.gain,
                 "bound_seconds": self.bound_s,
                 "balancer_peak_memory_mb": self.balancer_peak_memory_mb,
+                "stage_peak_memory_mb": list(self.stage_peaks_mb),
                 "balance_stopped_by": self.stopped_by,
                 "balance_gap": self.balance_gap,
                 "mtp": self.mtp,
@@ -257,7 +260,8 @@ def evaluate(
     # the peak as the plan's run config gives it (`ppb estimate`, `ppb check`): the memory model's stage
     # peaks, with the backward's working set the balancer's descriptions leave out
     stages = plan_stages(run, cells, mtp_cell=mtp_cell)
-    peak_mb = max((stage.peak.peak_bytes - stage.peak.reserved_bytes) / MB for stage in stages)
+    stage_peaks_mb = tuple((stage.peak.peak_bytes - stage.peak.reserved_bytes) / MB for stage in stages)
+    peak_mb = max(stage_peaks_mb)
     plan = in_seconds(result, time_unit_s(run, problem.describe()))  # as `ppb balance RUN.yaml` gives it,
     plan["iteration"] = iteration.to_json()  # with the plan's iteration and its baseline's (`plan_iterations`)
     uniform = None
@@ -281,6 +285,7 @@ def evaluate(
         breakdown=dict(iteration.breakdown),
         peak_memory_mb=peak_mb,
         balancer_peak_memory_mb=float(result["peak_memory_mb"]),
+        stage_peaks_mb=stage_peaks_mb,
         memory_mb=float(problem.memory_mb),
         uniform_seconds=uniform,
         plan=plan,
@@ -714,6 +719,7 @@ def search_points(
     try:
         chunks = _by_schedule(points, max(1, workers * 4))
         queue: list[tuple[float, Strategy, int]] = []  # (bound, strategy, level: 1 quick, 2 relaxed)
+        examined = 0  # points screened or refused so far, for the progress
         for results in pool.imap([("screen", chunk) for chunk in chunks]):
             for kind, item in results:
                 if kind == "refused":
@@ -723,7 +729,8 @@ def search_points(
                 counts["valid"] += 1
                 counts["screened"] += 1
                 queue.append((item.bound_s, item.strategy, 1))
-            _notify(progress, "screened", screened=counts["screened"], total=len(points))
+            examined += len(results)
+            _notify(progress, "screened", screened=counts["screened"], examined=examined, total=len(points))
         heapq.heapify(queue)
         _notify(progress, "screening done", screened=counts["screened"], seconds=time.perf_counter() - started)
         ranked: list[Ranked] = []

@@ -26,6 +26,7 @@ from ppb_core.config.run import (
     Device,
     Devices,
     FrameworkRelease,
+    MemoryOptions,
     PPBOptions,
     Schedule,
     SubModel,
@@ -179,6 +180,8 @@ class SearchSpec(StrictModel):
     device: Device
     training: dict[str, Any]
     timing: TimingOptions = Field(default_factory=TimingOptions)
+    # as in a run config (the cuBLAS workspace every strategy runs with); not its `calibration`, one run's stages
+    memory: MemoryOptions = Field(default_factory=MemoryOptions)
     ppb: PPBOptions = Field(default_factory=PPBOptions)
     limits: SearchLimits = Field(default_factory=SearchLimits)
     search: SearchOptions = Field(default_factory=SearchOptions)
@@ -416,6 +419,10 @@ def parse_search_spec(raw: Any, source: str | Path = "<search spec>", base_dir: 
                 specs[sub.name] = read_hf_config(base / sub.config)
         if sub.census is not None and not (base / sub.census).is_file():
             raise InputError(where, f"models.{index}.census", f"{base / sub.census} not found")
+    if spec.memory.calibration is not None:
+        # ppb_core.memory.calibration: measured per-stage peaks of one run, its layout's stages
+        said = "is one run's measured stage peaks; a search prices many layouts: calibrate a ranked run config"
+        raise InputError(where, "memory.calibration", said)
     if spec.timing.calibration is not None and not (base / spec.timing.calibration).is_file():
         raise InputError(where, "timing.calibration", f"{base / spec.timing.calibration} not found")
     spec = spec.model_copy(update={"specs": specs, "source": where, "base_dir": str(base)})
