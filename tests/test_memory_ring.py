@@ -82,15 +82,27 @@ def test_ring_workspaces_stay_under_recompute(framework):
 
 def test_forward_workspace_is_charged_without_the_backward_gradient():
     # torchtitan cp 4 (forward 40960, backward 33792) with an MLP of 16 (fused gate/up 32 wide): the largest
-    # gradient is a hidden-wide one (q, the attention output, the layer's input), 32·64·2 = 4096. Nothing
-    # recomputed, replicated (zero 0: no FSDP parameters to gather): the backward holds 4096 + 33792 = 37888,
-    # the forward its 40960 alone.
+    # gradient is a hidden-wide one (q, the attention output, the layer's input), 32·64·2 = 4096. With cp > 1
+    # torchtitan always shards with FSDP2 (v0.2.2 parallel_dims.py fsdp_enabled = dp_shard or cp enabled), so
+    # the backward holds FSDP2's parameters too, the same on both sides. One layer's parameters P: q, o 2·64·64
+    # = 8192, k, v 2·64·16 = 2048 (one key/value head of 16), two norms 2·64 = 128, gate, up, down 3·64·16 =
+    # 3072: P = 13440. FSDP2 at the end of the unit's gradients (the layer's neighbours alike, nothing
+    # recomputed): itself gathered in bf16 2·P, its bf16 gradients 2·P, the prefetched unit before it 2·P, the
+    # fp32 reduce-scatter input of the unit after it 4·P (MixedPrecisionPolicy reduce_dtype float32) = 10·P =
+    # 134400. The backward 134400 + 4096 + 33792 = 172288, the forward 134400 + 40960 = 175360: the forward's
+    # workspace without the gradient is the larger (with it, 179456).
     run = make_run(
         {**SPEC, "intermediate_size": 16},
-        parallel={"cp": 4, "zero": 0},
+        parallel={"cp": 4, "fsdp": True},
         training={"seq_length": 128},
         framework="torchtitan",
     )
     memory = model(run)
+    assert memory.parameters(body(run)).total == 13440
     assert memory.largest_gradient_bytes(body(run)) == 4096
-    assert memory.working_extra_bytes(body(run), NOT, None, 2, True) == max(4096 + 33792, 40960) == 40960
+    parameters = 10 * 13440
+    assert (
+        memory.working_extra_bytes(body(run), NOT, None, 2, True)
+        == max(parameters + 4096 + 33792, parameters + 40960)
+        == 175360
+    )

@@ -1947,6 +1947,15 @@ def _check_run(run: RunConfig, where: str) -> None:
         raise InputError(where, "parallel.fsdp_impl", f"{par.fsdp_impl} {said}")
     if run.framework == "torchtitan" and par.cp > 1 and par.cp_variant == "ulysses":
         raise InputError(where, "parallel.cp_variant", TITAN_NO_ULYSSES)
+    if run.framework == "torchtitan" and par.cp > 1 and run.shard_level == 0:
+        # torchtitan v0.2.2 distributed/parallel_dims.py `fsdp_enabled` is dp_shard or cp enabled, and
+        # models/llama3/infra/parallelize.py applies FSDP2 over dp_shard·cp whenever it holds (HSDP beside
+        # dp_replicate), DDP only without it: with cp > 1 the parameters are sharded, never replicated
+        said = (
+            f"torchtitan shards with FSDP2 over dp_shard·cp whenever cp > 1 (parallel_dims.py fsdp_enabled): "
+            f"replicate (zero 0) with cp {par.cp} is not what it runs; set fsdp"
+        )
+        raise InputError(where, "parallel.zero", said)
     if run.framework == "torchtitan" and "zero" in par.model_fields_set and par.zero in (1, 2) and not par.fsdp:
         # torchtitan shards with FSDP2 (fully_shard: parameters, gradients and optimizer states
         # together) or replicates; it has no ZeRO-1 or ZeRO-2.
