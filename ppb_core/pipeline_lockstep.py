@@ -27,6 +27,10 @@ rank goes on at once. A rank that would go ahead of its neighbours by a step wai
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
+from functools import lru_cache
+
+import numpy as np
 
 from ppb_core.schedules import Op, Timeline
 
@@ -72,7 +76,6 @@ def lockstep_timeline(
     as `pipeline_p2p.simulate_p2p` takes them: a forward's send carries its cell's output, a backward's the
     gradient of its input, the size of the cell before it along the model."""
     chunks, stages = len(forward), len(forward[0])
-    last = chunks * stages - 1
     grid = looped_steps(stages, chunks, micro_batches)
     orders: list[list[Op]] = [[op for op in row if op is not None] for row in grid]
     starts: list[list[float]] = [[] for _ in range(stages)]
@@ -80,18 +83,6 @@ def lockstep_timeline(
     binding: list[list[tuple[int, int] | None]] = [[] for _ in range(stages)]
     clock = [0.0] * stages
     bound: list[tuple[int, int] | None] = [None] * stages  # the op whose end each rank's clock is
-
-    def sends(rank: int, op: Step) -> tuple[int, float] | None:
-        """(receiving rank, transfer seconds) of what *op* on *rank* sends, if anything."""
-        if op is None:
-            return None
-        index = op.chunk * stages + rank  # the stage along the model
-        if op.kind == "F" and index < last:
-            return (rank + 1) % stages, transfer[op.chunk][rank]
-        if op.kind == "B" and index > 0:
-            before = index - 1
-            return (rank - 1) % stages, transfer[before // stages][before % stages]
-        return None
 
     for step in range(max(len(row) for row in grid)):
         ops = [row[step] if step < len(row) else None for row in grid]
@@ -108,9 +99,10 @@ def lockstep_timeline(
             poster[rank] = (rank, len(ends[rank]) - 1)
         exchanges: list[list[tuple[int, float]]] = [[] for _ in range(stages)]
         for rank, op in enumerate(ops):
-            sent = sends(rank, op)
+            sent = _sent(op, rank, stages, chunks)
             if sent is not None:
-                peer, seconds = sent
+                peer, (chunk, stage) = sent
+                seconds = transfer[chunk][stage]
                 exchanges[rank].append((peer, seconds))
                 exchanges[peer].append((rank, seconds))
         for rank in range(stages):
@@ -121,3 +113,199 @@ def lockstep_timeline(
                     clock[rank] = meet + seconds
                     bound[rank] = poster[peer] if posted[peer] > posted[rank] else poster[rank]
     return Timeline(orders=orders, starts=starts, ends=ends, binding=binding)
+
+
+def _sent(op: Step, rank: int, stages: int, chunks: int) -> tuple[int, tuple[int, int]] | None:
+    """(receiving rank, the (chunk, stage) cell whose output size it carries) of what *op* on *rank*
+    sends, if anything: a forward its cell's output, a backward the gradient of its input, the size of
+    the cell before it along the model."""
+    if op is None:
+        return None
+    index = op.chunk * stages + rank  # the stage along the model
+    if op.kind == "F" and index < chunks * stages - 1:
+        return (rank + 1) % stages, (op.chunk, rank)
+    if op.kind == "B" and index > 0:
+        before = index - 1
+        return (rank - 1) % stages, (before // stages, before % stages)
+    return None
+
+
+# -- the same steps with free transfers, as the balancer times its plans ---------------------------------
+
+
+@dataclass(frozen=True)
+class StepGraph:
+    """`looped_steps` as a graph over (step, rank), transfers free (the balancer's plans carry no
+    transfer times): a rank's step ends at the latest end, at the step before, of the rank itself and of
+    every neighbour it exchanged with there, plus its action's time (0 for an empty step), as
+    `lockstep_timeline` runs it. Each step is one level: every rank's end at a step reads only the step
+    before, so many plans are timed a step at a time (`step_ends_many`).
+
+    `cells[step][rank]`: the action's cell, numbered as `schedules` numbers them (kind·V·P + chunk·P +
+    stage), `empty` (2·V·P) for an empty step; `feeds[step][rank]`: the three ranks whose ends at the step
+    before it waits for, itself first (repeated to fill)."""
+
+    stages: int
+    chunks: int
+    cells: tuple[tuple[int, ...], ...]
+    feeds: tuple[tuple[tuple[int, int, int], ...], ...]
+
+    @property
+    def empty(self) -> int:
+        return 2 * self.chunks * self.stages
+
+    def key(self, cell: int) -> tuple[str, int, int]:
+        """(kind, chunk, stage) of a cell number."""
+        per_kind = self.chunks * self.stages
+        return ("F" if cell < per_kind else "B", (cell % per_kind) // self.stages, cell % self.stages)
+
+    @property
+    def cell_array(self) -> np.ndarray:
+        return np.array(self.cells, dtype=np.intp)
+
+    @property
+    def feed_array(self) -> np.ndarray:
+        return np.array(self.feeds, dtype=np.intp)
+
+
+@lru_cache(maxsize=32)
+def step_graph(stages: int, chunks: int, micro_batches: int) -> StepGraph:
+    """The lock-step graph of the looped schedule at these sizes (`StepGraph`), built once."""
+    grid = looped_steps(stages, chunks, micro_batches)
+    steps = max(len(row) for row in grid)
+    empty = 2 * chunks * stages
+    cells: list[tuple[int, ...]] = []
+    feeds: list[tuple[tuple[int, int, int], ...]] = [tuple((rank, rank, rank) for rank in range(stages))]
+    for step in range(steps):
+        row = [empty] * stages
+        peers: list[list[int]] = [[] for _ in range(stages)]
+        for rank, ops in enumerate(grid):
+            op = ops[step] if step < len(ops) else None
+            if op is None:
+                continue
+            row[rank] = (0 if op.kind == "F" else chunks * stages) + op.chunk * stages + rank
+            sent = _sent(op, rank, stages, chunks)
+            if sent is not None and sent[0] != rank:
+                peers[rank].append(sent[0])
+                peers[sent[0]].append(rank)
+        cells.append(tuple(row))
+        waits = []
+        for rank in range(stages):
+            distinct = list(dict.fromkeys(peers[rank]))  # its two neighbours at most
+            waits.append(tuple([rank, *distinct, *[rank] * (2 - len(distinct))][:3]))
+        feeds.append(tuple(waits))  # read at the next step
+    return StepGraph(stages, chunks, tuple(cells), tuple(feeds[:steps]))
+
+
+def _cell_times(forward: Sequence[Sequence[float]], backward: Sequence[Sequence[float]]) -> list[float]:
+    """Cell times in `StepGraph` numbering, then 0 for an empty step."""
+    return [t for row in forward for t in row] + [t for row in backward for t in row] + [0.0]
+
+
+def step_ends(
+    forward: Sequence[Sequence[float]], backward: Sequence[Sequence[float]], micro_batches: int
+) -> list[list[float]]:
+    """Every (step, rank)'s end for one plan's cell times `[chunk][stage]`: the same values
+    `lockstep_timeline` gives with free transfers (max of the waits, plus the action)."""
+    graph = step_graph(len(forward[0]), len(forward), micro_batches)
+    times = _cell_times(forward, backward)
+    previous = [0.0] * graph.stages
+    rows = []
+    for cells, feeds in zip(graph.cells, graph.feeds, strict=True):
+        row = []
+        for cell, (a, b, c) in zip(cells, feeds, strict=True):
+            start = previous[a] if previous[a] >= previous[b] else previous[b]
+            start = start if start >= previous[c] else previous[c]
+            row.append(start + times[cell])
+        rows.append(row)
+        previous = row
+    return rows
+
+
+def step_longest_path(
+    forward: Sequence[Sequence[float]], backward: Sequence[Sequence[float]], micro_batches: int
+) -> tuple[float, dict[tuple[str, int, int], int]]:
+    """The makespan and how many ops of each (kind, chunk, stage) a longest path runs: walked back from
+    the rank ending last (the first among equals), at each step to the wait that ended latest (the rank
+    itself among equals)."""
+    graph = step_graph(len(forward[0]), len(forward), micro_batches)
+    rows = step_ends(forward, backward, micro_batches)
+    last = rows[-1]
+    rank = max(range(graph.stages), key=last.__getitem__)
+    counts: dict[tuple[str, int, int], int] = {}
+    for step in range(len(rows) - 1, -1, -1):
+        cell = graph.cells[step][rank]
+        if cell != graph.empty:
+            key = graph.key(cell)
+            counts[key] = counts.get(key, 0) + 1
+        if step:
+            before = rows[step - 1]
+            _, b, c = graph.feeds[step][rank]
+            best = rank
+            for peer in (b, c):
+                if before[peer] > before[best]:
+                    best = peer
+            rank = best
+    return max(last), counts
+
+
+def step_ends_many(
+    forward: Sequence[Sequence[Sequence[float]]], backward: Sequence[Sequence[Sequence[float]]], micro_batches: int
+) -> np.ndarray:
+    """`step_ends` of many plans at once, `forward[plan][chunk][stage]`: [step, rank, plan], a step at a
+    time in numpy (the same max and sum in float64, so each plan's values are `step_ends`')."""
+    plans = len(forward)
+    chunks, stages = len(forward[0]), len(forward[0][0])
+    graph = step_graph(stages, chunks, micro_batches)
+    times = np.concatenate(
+        [
+            np.asarray(forward, dtype=float).reshape(plans, -1),
+            np.asarray(backward, dtype=float).reshape(plans, -1),
+            np.zeros((plans, 1)),
+        ],
+        axis=1,
+    ).T.copy()  # [cell, plan]
+    cells, feeds = graph.cell_array, graph.feed_array
+    ends = np.zeros((len(cells), stages, plans))
+    previous = np.zeros((stages, plans))
+    for step in range(len(cells)):
+        wait = feeds[step]
+        start = np.maximum(np.maximum(previous[wait[:, 0]], previous[wait[:, 1]]), previous[wait[:, 2]])
+        ends[step] = start + times[cells[step]]
+        previous = ends[step]
+    return ends
+
+
+def step_makespans(
+    forward: Sequence[Sequence[Sequence[float]]], backward: Sequence[Sequence[Sequence[float]]], micro_batches: int
+) -> list[float]:
+    """The makespan of each plan (`step_ends_many`)."""
+    if not len(forward):
+        return []
+    return step_ends_many(forward, backward, micro_batches)[-1].max(axis=0).tolist()
+
+
+def step_counts_many(
+    weightings: Sequence[tuple[Sequence[Sequence[float]], Sequence[Sequence[float]]]], micro_batches: int
+) -> list[dict[tuple[str, int, int], int]]:
+    """`step_longest_path`'s counts for each (forward, backward) weighting, walked back for all at once."""
+    if not weightings:
+        return []
+    chunks, stages = len(weightings[0][0]), len(weightings[0][0][0])
+    graph = step_graph(stages, chunks, micro_batches)
+    ends = step_ends_many([f for f, _ in weightings], [b for _, b in weightings], micro_batches)
+    cells, feeds = graph.cell_array, graph.feed_array
+    width = len(weightings)
+    columns = np.arange(width)
+    rank = np.argmax(ends[-1], axis=0)  # the first among equals
+    counts = np.zeros((graph.empty + 1, width), dtype=np.int64)
+    for step in range(len(cells) - 1, -1, -1):
+        counts[cells[step][rank], columns] += 1
+        if step:
+            waits = feeds[step][rank]  # [plan, 3], the rank itself first
+            latest = np.argmax(ends[step - 1][waits, columns[:, None]], axis=1)  # the first among equals
+            rank = waits[columns, latest]
+    return [
+        {graph.key(cell): int(counts[cell, column]) for cell in np.flatnonzero(counts[: graph.empty, column])}
+        for column in columns
+    ]
