@@ -1,7 +1,8 @@
 """torch.distributed.pipelining's looped schedules as they run: one time step after another, in lock step.
 
-torchtitan runs its interleaved schedule as `ScheduleInterleaved1F1B` (torch 2.6.0, the release of the
-2024-12 benchmark's torch 1963fc8: torch/distributed/pipelining/schedules.py). Every rank computes the same
+torchtitan runs its interleaved schedule as `ScheduleInterleaved1F1B` (torch/distributed/pipelining/
+schedules.py in torch 2.6.0, the release cut 2024-12-12 from main, eleven days before the 2024-12
+benchmark's torch 1963fc8). Every rank computes the same
 table of time steps, `pipeline_order`, one action or none per step (`_get_1f1b_rank_ops`):
 
 - rank r starts with r empty steps, then its warm-up forwards, (V − 1)·n + 2(P − 1 − r) of them (n the
