@@ -119,6 +119,13 @@ REFERENCES = (
         "529 (8k), backward without the mask 499 / 518 TFLOP/s; at 8k causal 566 forward, 470 backward "
         "(Dao-AILab/flash-attention PR #1893)",
     ),
+    (
+        "attention, FlashAttention-2",
+        "flash-attn 2, head size 128, 16k tokens (the same figures): forward 370, causal 335, backward 322 "
+        "TFLOP/s; PyTorch SDPA's flash backend (torchtitan's kernel until cuDNN came first) forward 336 against "
+        "flash-attn 2's 358 on one H100 (pytorch/benchmark PR #2443), causal 32k forward 346 / backward 317 on "
+        "an H200 locked at 1980 MHz (NVIDIA/cudnn-frontend benchmark_results.csv at de355c7)",
+    ),
     ("memory-bound", "HBM3 3.35 TB/s (datasheet); ppb takes 0.8 of it (memory_efficiency, an assumption)"),
 )
 

@@ -44,6 +44,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import json
+import math
 import os
 import re
 import shlex
@@ -64,6 +65,7 @@ from _measure import machine  # noqa: E402
 from public_memory import (  # noqa: E402
     GIB,
     MeasuredPeak,
+    config,
     predicted_after_step_gib,
     predicted_at_share_gib,
     predicted_first_iteration_gib,
@@ -74,6 +76,11 @@ from public_runs import GoldenTimes  # noqa: E402
 
 from ppb_core.balance.megatron_import import import_megatron, run_config_of  # noqa: E402
 from ppb_core.errors import InputError  # noqa: E402
+from ppb_core.memory import MemoryModel  # noqa: E402
+from ppb_core.memory.activations import routed_rows  # noqa: E402
+from ppb_core.memory.model import run_stage_peaks  # noqa: E402
+from ppb_core.model.kinds import Moe  # noqa: E402
+from ppb_core.model.walk import walk  # noqa: E402
 from ppb_core.timing.iteration import run_iteration  # noqa: E402
 
 # a Megatron-LM git repository holding the commit (as tests/test_check_launch_scripts.py takes it)
@@ -376,11 +383,11 @@ def price(family: str, case: str, gpu: str, text: str, golden: Golden, gpus: int
     return Row(family, case, gpu, golden, peak, after, seconds, moment, tuple(imported.notes), gpus, row)
 
 
-def routing_rows(rows: list[Row], beyond: float = 0.03) -> list[tuple[Row, float, float, float]]:
-    """MoE rows whose peak is off by more than *beyond*: (row, balanced GiB, the routing bound, GiB with the
-    busiest expert-parallel rank at that bound), as bench/public_memory.py prices them (`routing_bound`).
-    Whether the measurement lies between is what data-dependent routing can explain; where it does not,
-    routing alone cannot."""
+def routing_rows(rows: list[Row], beyond: float = 0.03) -> list[RoutingRow]:
+    """MoE rows whose peak is off by more than *beyond*: balanced, the routing bound and ppb with the busiest
+    expert-parallel rank at that bound, as bench/public_memory.py prices them (`routing_bound`), and the share
+    independent routing would give the logged rank (`independent_share`). Whether the measurement lies between
+    is what data-dependent routing can explain; where it does not, routing alone cannot."""
     found = []
     for row in rows:
         error = _error(row.peak)
@@ -390,8 +397,80 @@ def routing_rows(rows: list[Row], beyond: float = 0.03) -> list[tuple[Row, float
         if bound is None or row.moment == "allocated":
             continue
         balanced = predicted_at_share_gib(row.measured, 1.0)
-        found.append((row, balanced, bound, predicted_at_share_gib(row.measured, "bound")))
+        worst = predicted_at_share_gib(row.measured, "bound")
+        found.append(RoutingRow(row, balanced, bound, worst, _independent_of(row)))
     return found
+
+
+@functools.lru_cache
+def expected_max_normal(draws: int) -> float:
+    """The expected largest of *draws* independent standard normals, E[max] = ∫ x·n·φ(x)·Φ(x)^(n−1) dx by the
+    trapezoid rule on [−10, 10] (0 for one draw; 1/√π for two)."""
+    step = 1e-3
+    total = 0.0
+    for i in range(-10_000, 10_001):
+        x = i * step
+        density = math.exp(-x * x / 2) / math.sqrt(2 * math.pi)
+        weight = 0.5 if abs(i) == 10_000 else 1.0
+        total += weight * x * draws * density * (0.5 * (1 + math.erf(x / math.sqrt(2)))) ** (draws - 1)
+    return total * step
+
+
+def independent_share(rows: float, experts: int, local: int, k: int, units: int, draws: int) -> float:
+    """The logged rank's routed rows over their mean at their largest over *draws* iterations, were every
+    token's k distinct experts a uniform draw independent of every other token's.
+
+    A token sends X copies to the rank's *local* experts of *experts*: hypergeometric, mean k·l/E, variance
+    k·(l/E)·(1 − l/E)·(E − k)/(E − 1). Over the tokens behind a mean of *rows* copies the variance is
+    rows·(1 − l/E)·(E − k)/(E − 1); the peak holds *units* such sums (the stage's MoE layers times its
+    micro-batches in flight: each layer's router is drawn apart, megatron/core/transformer/moe/router.py
+    `Router.__init__` at d98e8a64, and each micro-batch's tokens are others), so the sum's relative spread is
+    √((1 − l/E)·(E − k)/((E − 1)·rows·units)), and its largest over the draws `expected_max_normal` of them."""
+    spread = (1 - local / experts) * (experts - k) / ((experts - 1) * rows * units)
+    return 1 + expected_max_normal(draws) * math.sqrt(spread)
+
+
+@dataclass(frozen=True)
+class RoutingRow:
+    """A MoE row beyond 3% between balanced routing and its bound (`routing_rows`), GiB."""
+
+    row: Row
+    balanced: float  # ppb with every expert-parallel rank at its fair share
+    bound: float  # the most one rank can receive over its fair share (`routing_bound`)
+    worst: float  # ppb with the logged rank at that bound
+    independent: float | None  # `independent_share` of the logged rank (None: group-limited routing)
+
+    @property
+    def implied(self) -> float | None:
+        """The share at which ppb's peak, linear in it between balanced and the bound, meets the measurement:
+        what the logged rank received, were routing the whole gap (a reading, not a setting); None below
+        balanced, where no routing explains it."""
+        measured = self.row.peak[0] if self.row.peak else self.balanced
+        if measured < self.balanced:
+            return None
+        return 1 + (measured - self.balanced) / (self.worst - self.balanced) * (self.bound - 1)
+
+
+def _independent_of(row: Row) -> float | None:
+    """`independent_share` of the row's logged rank: its stage's MoE layers and micro-batches in flight, the
+    rows one of them routes to the rank at balance (`routed_rows`), over the golden file's logged iterations
+    (at most the draws: a resumed launch's maximum starts again)."""
+    assert row.measured is not None
+    run = config(row.measured)
+    memory = MemoryModel(run)
+    stage = row.measured.stage
+    peak = run_stage_peaks(run, memory)[stage]
+    held = [layer for layer in walk(run) if layer.stage == stage and isinstance(getattr(layer.kind, "mlp", None), Moe)]
+    if not held:
+        return None
+    moe = held[0].kind.mlp
+    if moe.group_limit:  # a token's experts from a few groups: not k uniform of all
+        return None
+    units = sum(peak.in_flight[layer.chunk] for layer in held)
+    draws = max(1, len(row.golden.peaks_by_iteration))
+    local = moe.num_experts // run.parallel.ep
+    rows = routed_rows(moe, memory.setup)
+    return independent_share(rows, moe.num_experts, local, moe.experts_per_token, units, draws)
 
 
 @dataclass(frozen=True)
@@ -566,11 +645,19 @@ def main() -> int:
         print()
         print("MoE rows beyond 3%: ppb with every expert-parallel rank at its fair share (balanced) and with")
         print("the busiest at the most the routing allows (bound: routing_bound); is the measurement between?")
-        for row, balanced, bound, worst in routing_rows(rows):
+        print("Then the share of its rows the logged rank would need (implied) and the share independent routing")
+        print("gives it at its largest over the logged iterations (independent_share; -: group-limited routing):")
+        for item in routing_rows(rows):
+            row = item.row
             measured = row.peak[0] if row.peak else 0.0
-            within = "yes" if balanced <= measured <= worst else "no"
+            within = "yes" if item.balanced <= measured <= item.worst else "no "
             name = f"{row.family}/{row.case}"
-            print(f"  {name:62s} {row.gpu:4s} {measured:7.2f} {balanced:7.2f} {bound:5.2f} {worst:7.2f}  {within}")
+            alone = f"{item.independent:6.3f}" if item.independent is not None else f"{'-':>6s}"
+            implied = f"{item.implied:6.3f}" if item.implied is not None else f"{'-':>6s}"
+            print(
+                f"  {name:62s} {row.gpu:4s} {measured:7.2f} {item.balanced:7.2f} {item.bound:5.2f} {item.worst:7.2f}"
+                f"  {within} {implied} {alone}"
+            )
         print()
         print("Rows beyond 3% by iteration: the measured peak at iteration 1 (no Adam moments yet, unless the load")
         print("made them: `at load`) against ppb's there, at the second logged iteration, and its rise from there")

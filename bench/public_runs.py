@@ -22,15 +22,17 @@ Sources:
   Table 5, also in Megatron-LM's README of May 2022 (commit 2e90a342f5): MFU of GPT 22B, 175B,
   530B and 1T on A100 with sequence parallelism and selective recompute, data-parallel size one;
   model configurations from the paper's Table 3 (TP 8; PP 1, 8, 35, 64; batch = GPUs / 8 · ... as
-  listed below); sequence 2048, vocabulary 51200; FLOPs by the paper's eq. 7.
+  listed below), the pipelines interleaved as its §6 ran them (3, 3 and 2 model chunks a stage), on
+  Megatron-LM of 2022 (blocking pipeline sends); sequence 2048, vocabulary 51200; FLOPs by the paper's eq. 7.
 - DeepSeek-V3 technical report: 180K H800 GPU hours per trillion tokens (1,543 tokens/s per GPU)
   on 2048 H800, PP 16 with DualPipe, EP 64 over 8 nodes, ZeRO-1 data parallelism, no TP, FP8
   GEMMs, sequence 4096, batch 15360 sequences at the end of its ramp, RMSNorm and MLA
   up-projections recomputed.
 - Llama 3 herd of models (Dubey et al. 2024), Table 4: Llama 3 405B on 8,192 and 16,384 H100,
   TP 8, CP 1, PP 16, DP 64 / 128, sequence 8192, 16M tokens a batch: 430 / 400 TFLOP/s per GPU;
-  interleaved with one layer a model chunk (§3.3.2: V = 8). Meta's own framework; counted here with
-  Megatron-LM's formula (GQA, SwiGLU).
+  interleaved with one layer a model chunk (§3.3.2: V = 8), FSDP sharding optimizer states and gradients
+  but not the parameters between forward and backward (§3.3.2: ZeRO-2). Meta's own framework; counted here
+  with Megatron-LM's formula (GQA, SwiGLU).
 - Megatron-LM's functional tests (NVIDIA/Megatron-LM at d98e8a64, tests/functional_tests/test_cases/
   <case>): runs whose every flag is in the case's model_config.yaml, on one node of 8 GPUs
   (tests/test_utils/recipes/h100/*.yaml), each iteration's seconds in golden_values_dev_dgx_<gpu>.json
@@ -332,7 +334,13 @@ def _llama3_runs() -> list[PublicRun]:
                 "layout": "E|(t|)*126L",
                 "schedule": "interleaved",
                 "sequence_parallel": True,
-                "zero": 1,
+                # §3.3.2: "Our use of FSDP for Llama 3 shards optimizer states and gradients, but for model shards
+                # we do not reshard after forward computation" (PyTorch FSDP's SHARD_GRAD_OP, ZeRO-2), and its
+                # "Numerical stability": FP32 gradient accumulation over the micro-batches and FP32 reduce-scatters
+                # (the sharded fp32 gradient each micro-batch's reduce-scatter adds to): 2-byte parameters whole,
+                # 4-byte gradients and 12-byte Adam states over DP, one layer's fp32 gradients unsharded in the
+                # backward (ppb's zero 2; until session 27 ZeRO-1, which kept every gradient whole)
+                "zero": 2,
             },
             "training": {
                 "seq_length": 8192,
@@ -355,6 +363,7 @@ def _llama3_runs() -> list[PublicRun]:
                 (
                     "Megatron-LM's FLOP count",
                     "interleaved, 8 chunks of one layer (§3.3.2), the first and last the embedding and the loss alone",
+                    "FSDP sharding optimizer states and gradients, parameters whole from the forward (§3.3.2): ZeRO-2",
                     "micro-batch size 1",
                     "TP overlap off",
                     "the loss fused",
@@ -364,12 +373,16 @@ def _llama3_runs() -> list[PublicRun]:
     return runs
 
 
-# (name, hidden, heads, layers, pp, GPUs, batch, MFU)
+# (name, hidden, heads, layers, pp, model chunks a stage, GPUs, batch, MFU). The chunks: §6 of the paper ran the
+# interleaved schedule with three model chunks a device for the 175B and 530B models and two for the 1T one
+# (https://ar5iv.labs.arxiv.org/html/2205.05198); 105 / 35 = 3 and 128 / 64 = 2 layers a stage, so one layer a
+# chunk there, four for 175B (12 a stage). Its 175B first-stage memory of 12.35 GiB (SP + selective) holds
+# p·L/p layers × (1 + (p − 1)/(p·v)) at v = 3 (tests/test_memory_korthikanti.py); without interleaving it is 9.56.
 _KORTHIKANTI_ROWS = (
-    ("22B", 6144, 64, 48, 1, 8, 4, 0.415),
-    ("175B", 12288, 96, 96, 8, 64, 64, 0.514),
-    ("530B", 20480, 128, 105, 35, 280, 280, 0.560),
-    ("1T", 25600, 160, 128, 64, 512, 512, 0.563),
+    ("22B", 6144, 64, 48, 1, 1, 8, 4, 0.415),
+    ("175B", 12288, 96, 96, 8, 3, 64, 64, 0.514),
+    ("530B", 20480, 128, 105, 35, 3, 280, 280, 0.560),
+    ("1T", 25600, 160, 128, 64, 2, 512, 512, 0.563),
 )
 
 
@@ -380,14 +393,15 @@ def korthikanti_eq7(h: int, layers: int, s: int, vocab: int, batch: int) -> floa
 
 def _korthikanti_runs() -> list[PublicRun]:
     runs = []
-    for name, h, heads, layers, pp, gpus, batch, mfu in _KORTHIKANTI_ROWS:
+    for name, h, heads, layers, pp, chunks, gpus, batch, mfu in _KORTHIKANTI_ROWS:
+        schedule = {"schedule": "interleaved", "vpp": chunks} if chunks > 1 else {}
         spec = {**_gpt(h, heads, layers), "vocab_size": 51200, "max_position_embeddings": 2048}
         spec.update(position_embedding="learned", attention_dropout=0.1, hidden_dropout=0.1, tied_embeddings=True)
         raw = {
             "name": f"korthikanti-{name}",
             "framework": "megatron",
             "models": [{"name": "gpt", "spec": spec}],
-            "parallel": {"dp": 1, "tp": 8, "pp": pp, "sequence_parallel": True, "zero": 0},
+            "parallel": {"dp": 1, "tp": 8, "pp": pp, "sequence_parallel": True, "zero": 0, **schedule},
             "training": {
                 "seq_length": 2048,
                 "micro_batch_size": 4 if pp == 1 else 1,
@@ -400,8 +414,10 @@ def _korthikanti_runs() -> list[PublicRun]:
             # the Ampere-era GEMM ceiling: CUTLASS 2.2's measured 235.1 TFLOP/s (3456×4096×8192) through
             # our GEMM model (tests/test_timing_korthikanti.py); the catalog's 0.869 is 2025's MAMF
             "device": {"name": "a100-80gb", "matmul_efficiency": 0.781},
-            # Megatron-LM of 2022: its own modules (no TransformerEngine yet)
-            "timing": {"transformer_impl": "local"},
+            # Megatron-LM of 2022: its own modules (no TransformerEngine yet), and its interleaved schedule's
+            # blocking sends and receives, one call a step (megatron/schedules.py at d898a8991d, the
+            # sequence_parallel merge; --overlap-p2p-communication came later)
+            "timing": {"transformer_impl": "local", **({"overlap_p2p_comm": False} if chunks > 1 else {})},
         }
         seconds = korthikanti_eq7(h, layers, 2048, 51200, batch) / (gpus * 312e12 * mfu)
         runs.append(
@@ -411,7 +427,10 @@ def _korthikanti_runs() -> list[PublicRun]:
                 raw,
                 f"MFU {100 * mfu:.1f}%",
                 seconds,
-                ("1F1B without interleaving", "micro-batch size 1 (22B: the batch of 4 at once)"),
+                (
+                    f"interleaved, {chunks} model chunks a stage (§6)" if chunks > 1 else "one stage",
+                    "micro-batch size 1 (22B: the batch of 4 at once)",
+                ),
             )
         )
     return runs

@@ -95,3 +95,40 @@ def misspelt(word: str, names: object, most_edits: int = 2) -> str | None:
         if name != word and abs(len(name) - len(word)) <= most_edits and _edits(word, name) <= most_edits:
             return name
     return None
+
+
+def meant(word: str, names: object) -> str | None:
+    """The name of *names* a person most likely meant by *word*, for a "did you mean" only (never a refusal):
+    the same name in another case or with `-` for `_` (`B300`: b300), else the nearest within two edits
+    (`misspelt`), else, for a word of 3 or 4 characters, the one name within one edit (`topp`: top; none where
+    several are; a swap of two neighbours counts as one: `nmae`, name)."""
+    if not isinstance(word, str) or len(word) > 64:
+        return None
+    known = [name for name in names if isinstance(name, str)]  # type: ignore[attr-defined]
+    folded = word.lower().replace("-", "_")
+    same = [name for name in known if name != word and name.lower().replace("-", "_") == folded]
+    if same:
+        return same[0]
+    if len(word) >= 5:  # the nearest within two edits (`b3000`: b300, not b200), the first listed on a tie
+        near = [(_edits(word, name), i) for i, name in enumerate(known) if misspelt(word, [name]) is not None]
+        return known[min(near)[1]] if near else None
+    close = [name for name in known if name != word and (_edits(word, name) <= 1 or _swapped(word, name))]
+    return close[0] if len(close) == 1 and len(word) >= 3 else None
+
+
+def _swapped(a: str, b: str) -> bool:
+    """Whether *b* is *a* with two neighbouring characters swapped (`nmae`: name), two edits by `_edits`."""
+    differ = [i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y]
+    return (
+        len(a) == len(b)
+        and len(differ) == 2
+        and differ[1] == differ[0] + 1
+        and a[differ[0]] == b[differ[1]]
+        and a[differ[1]] == b[differ[0]]
+    )
+
+
+def did_you_mean(word: str, names: object) -> str:
+    """The end of a refusal: `: did you mean X?` where *word* is near a name of *names* (`meant`), else nothing."""
+    found = meant(word, names)
+    return f": did you mean {found}?" if found else ""

@@ -46,6 +46,9 @@ MODELS = 64  # sub-models of one run (a vision tower, a projector, a language mo
 COMBINED = 1024  # (model, node) pairs ppb.combined may name
 # Device figures: finite and below these, so no product of them reaches infinity.
 DEVICE_MEMORY_MB = 2**24  # 16 TiB per device (80× a B200's 192 GB)
+# ... and at least this: 512 MB, under any accelerator a model is trained on (a B300's 288 GB written as 288 is
+# under it, the mistake it catches: memory_mb is in MB)
+DEVICE_MEMORY_MIN_MB = 512
 DEVICE_RATE = 1e7  # TFLOPS and GB/s (about 5,000× a B200's dense 16-bit 2,250 TFLOPS)
 # ... and at least this, as are the efficiencies: a time is bytes or FLOPs over a rate, and a
 # rate of 5e-324 (a float, positive) made it infinite.

@@ -42,6 +42,18 @@ the receiver before the op that reads it. Where each side posts and waits is the
   deallocating output tensor"): the same, but a forward's send is waited for at once, before the stage's
   next op, under `deallocate_pipeline_outputs`, which Megatron-LM's training always sets
   (argument_utils.py `core_transformer_config_from_args`).
+* ``megatron_batched`` (Megatron's interleaved 1F1B without `--overlap-p2p-communication`: Megatron-LM of
+  2022, which had no such flag, megatron/schedules.py `forward_backward_pipelining_with_interleaving` and
+  p2p_communication.py `_communicate` at d898a8991d, the sequence_parallel merge; Megatron-Core core_r0.8.0's
+  `not config.overlap_p2p_comm` branches of the same function): one blocking call (`batch_isend_irecv`, every
+  request waited for, then `torch.cuda.synchronize()`) after each warm-up forward
+  (`send_forward_recv_forward`), after the last warm-up forward and after each steady forward-backward pair
+  (`send_forward_backward_recv_forward_backward`: the pair's forward output and backward gradient sent, the
+  next forward's input and the next backward's gradient received) and after each cool-down backward
+  (`send_backward_recv_backward`). So: a steady forward's output leaves only after the backward beside it; a
+  receive is posted at the stage's last call before the op that reads it (across the chunks' wrap too: the
+  first stage receives at step k the input of its next forward, "ahead of last stage by (p - 1)"); the op
+  after a call waits for all of that call's transfers, the next backward's gradient included.
 * ``torch_1f1b`` (torch.distributed.pipelining's `Schedule1F1B._step_microbatches`, torch 2.13 as
   torchtitan runs it with one stage a rank; the same structure since torch 2.4): in the warm-up each
   forward's receive is posted and waited for right before it, its send fired after it and waited for
@@ -88,6 +100,7 @@ from ppb_core.schedules import Op, Timeline, _orders, _position, _steady_backwar
 
 PROTOCOLS: tuple[str, ...] = (
     "deepspeed",
+    "megatron_batched",
     "megatron_sync",
     "megatron_overlap",
     "megatron_overlap_r0.10",
@@ -156,6 +169,7 @@ def _graph(
         for index, op in enumerate(order):
             times.append((0 if op.kind == "F" else per_kind) + op.chunk * stages + stage)
             after.append([base + index - 1] if index else [])
+    calls_of = [_batched_calls(order) for order in orders] if protocol == "megatron_batched" else []
     sends: dict[int, list[int]] = {}  # op node -> the transfers carrying its output
     receives: dict[int, list[int]] = {}  # op node -> the transfers carrying its input
     posts: list[tuple[int, tuple[int, int], int | None]] = []  # transfer: (receiver node, receiver place, post)
@@ -175,13 +189,21 @@ def _graph(
             after.append([sender])
             sends.setdefault(sender, []).append(transfer)
             receives.setdefault(base + index, []).append(transfer)
-            post = _post(protocol, name, stages, order, stage, index, source, befores[index], warmup_flush)
+            here_calls = calls_of[stage] if calls_of else None
+            post = _post(protocol, name, stages, order, stage, index, source, befores[index], warmup_flush, here_calls)
             if post is not None:
                 posts.append((transfer, base, post))
             after[base + index].append(transfer)
-            wait_at = _release(protocol, orders[source[0]], source[1], next_of_kind[source[0]][source[1]])
+            sender_calls = calls_of[source[0]] if calls_of else None
+            wait_at = _release(protocol, orders[source[0]], source[1], next_of_kind[source[0]][source[1]], sender_calls)
             if wait_at is not None:
                 after[offset[source[0]] + wait_at].append(transfer)
+            if protocol == "megatron_batched":
+                sent_at = _batched_send(calls_of[source[0]], source[1])
+                if sent_at != source[1]:  # a steady forward's output leaves in the call after its backward
+                    after[transfer].append(offset[source[0]] + sent_at)
+                if post is not None and post[0] + 1 != index:  # the op after the posting call waits for it too
+                    after[base + post[0] + 1].append(transfer)
     for transfer, base, (index, sent) in posts:
         after[transfer].append(base + index)
         if sent is not None:  # the receive is posted once that op's send has completed
@@ -239,17 +261,22 @@ def _post(
     source: tuple[int, int],
     previous_of_kind: int,
     warmup_flush: bool = False,
+    calls: Sequence[bool] | None = None,
 ) -> tuple[int, int | None] | None:
     """(index of the receiver's op whose end posts this op's receive, index of the op whose send must have
     completed first, or None), or None: posted from the start. *previous_of_kind*: the index of the
     stage's previous op of this op's kind (-1: none); *warmup_flush*: the interleaved schedule's
-    `--overlap-p2p-communication-warmup-flush` prefetches (module doc)."""
+    `--overlap-p2p-communication-warmup-flush` prefetches (module doc); *calls*: the stage's `_batched_calls`
+    (`megatron_batched`; computed when not given)."""
     if index == 0:
         return None
     op = order[index]
     alone = order[index - 1].kind == op.kind  # warm-up or cool-down: the sends are not batched with it
     if protocol == "megatron_sync":
         return index - 1, (index - 1 if alone else None)
+    if protocol == "megatron_batched":  # the stage's last call before the op
+        calls = calls if calls is not None else _batched_calls(order)
+        return (index - 1 if calls[index - 1] else index - 2), None
     if protocol == "torch_1f1b":
         return index - 1, (index - 2 if alone and index >= 2 else None)
     if protocol == "deepspeed":  # only a forward after a backward receives before that backward's send
@@ -279,11 +306,17 @@ def _post(
     return (index - 2 if steady else index - 1), None
 
 
-def _release(protocol: str, order: Sequence[Op], index: int, next_of_kind: int) -> int | None:
+def _release(
+    protocol: str, order: Sequence[Op], index: int, next_of_kind: int, calls: Sequence[bool] | None = None
+) -> int | None:
     """The index of the sender's op that waits for the send of the op at *index* (None: none does);
-    *next_of_kind*: the index of the stage's next op of its kind (-1: none)."""
+    *next_of_kind*: the index of the stage's next op of its kind (-1: none); *calls*: the stage's
+    `_batched_calls` (`megatron_batched`; computed when not given)."""
     if protocol in ("megatron_sync", "deepspeed"):
         return index + 1 if index + 1 < len(order) else None
+    if protocol == "megatron_batched":  # the op after the call that sends it
+        after_call = _batched_send(calls if calls is not None else _batched_calls(order), index) + 1
+        return after_call if after_call < len(order) else None
     if protocol == "torch_1f1b":  # batched with the next op's receive, else waited for after the next op
         later = index + 1 if index + 1 < len(order) and order[index + 1].kind != order[index].kind else index + 2
         return later if later < len(order) else None
@@ -293,6 +326,24 @@ def _release(protocol: str, order: Sequence[Op], index: int, next_of_kind: int) 
         return index + 1 if index + 1 < len(order) else None
     # waited for once the next send of its kind is posted: by the op after that one
     return next_of_kind + 1 if 0 <= next_of_kind < len(order) - 1 else None
+
+
+def _batched_calls(order: Sequence[Op]) -> tuple[bool, ...]:
+    """For each op of a stage, whether `megatron_batched`'s blocking call runs after it: after every op but a
+    steady forward (a forward followed by its backward), unless the stage runs every forward first (schedules.py
+    `all_warmup_microbatches`, where each forward sends at once)."""
+    first_backward = next((i for i, op in enumerate(order) if op.kind == "B"), len(order))
+    every_forward_first = all(op.kind == "B" for op in order[first_backward:])
+    return tuple(
+        every_forward_first or not (op.kind == "F" and i + 1 < len(order) and order[i + 1].kind == "B")
+        for i, op in enumerate(order)
+    )
+
+
+def _batched_send(calls: Sequence[bool], index: int) -> int:
+    """The index of the op after which `megatron_batched` sends the output of the op at *index* (*calls*: the
+    stage's `_batched_calls`): its own, or, for a steady forward, the backward's beside it."""
+    return index if calls[index] else index + 1
 
 
 def simulate_p2p(
@@ -326,6 +377,8 @@ def simulate_p2p(
         if name != "interleaved" or shorter is not None or host is not None:
             raise ValueError("torch_looped runs the interleaved schedule alone, without combined steps or copies")
         return lockstep_timeline(forward, backward, micro_batches, transfer)
+    if protocol == "megatron_batched" and name != "interleaved":
+        raise ValueError("megatron_batched is the interleaved schedule's (Megatron's 1F1B is megatron_sync)")
     extra = 0 if shorter is None else 1
     flush = warmup_flush and protocol.startswith("megatron_overlap")
     orders, n, topo, times, after = _graph(

@@ -12,6 +12,7 @@ from ppb_core.cli.balance import _no_plan, stopped_words
 from ppb_core.cli.main import main
 
 DATA = Path(__file__).parent / "data"
+CONFIGS = Path(__file__).parent.parent / "configs"
 
 
 def _run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
@@ -208,3 +209,45 @@ def test_other_stages_say_the_devices_the_plan_is_priced_on(capsys: pytest.Captu
     code, _, err = _run(capsys, str(DATA.parent.parent / "configs" / "llama3-8b.yaml"), "-s", "2", "-q")
     assert code == 0
     assert "note: -s 2: priced at dp 8 · tp 2 · cp 1 · pp 2 = 32 devices, the run config's 64 at pp 4" in err
+
+
+def test_a_run_configs_stages_say_the_peak_ppb_check_prices_for_the_plan(capsys: pytest.CaptureFixture[str]) -> None:
+    """configs/llama3-8b.yaml: the balancer's own charge of stage 3 (the loss's) was 13,830 MB, its TAIL's and 6
+    bodies' terms each truncated to whole MB (SAPP's rule), where `ppb check` prices the printed layout's loss
+    moment at 13,833.2 MB (static 7,428.1 + activations 5,335.1 + buffers 4 + the loss's 1,066); stage 0 was
+    charged 26,901 MB, the loss's 1,066 MB working set on a stage of bodies whose backward holds 288 at most,
+    where check gives 26,139. Now each stage says check's peak and moment, whatever the balancer charged."""
+    code, out, _ = _run(capsys, str(CONFIGS / "llama3-8b.yaml"), "-q", "--json")
+    assert code == 0
+    balanced = json.loads(out)
+    flags = balanced["megatron"]["flags"]
+    assert main(["check", str(CONFIGS / "llama3-8b.yaml"), "--plan", flags, "-q", "--json", "--no-optimum"]) == 0
+    checked = json.loads(capsys.readouterr().out)
+    for mine, theirs in zip(balanced["stages"], checked["stages"], strict=True):
+        assert mine["peak_mb"] == pytest.approx(theirs["peak_mb"], abs=1e-6)
+        assert mine["moment"] == theirs["moment"]
+    assert balanced["stages"][-1]["moment"] == "loss"
+    assert round(balanced["stages"][-1]["peak_mb"]) == 13_833
+    code, out, _ = _run(capsys, str(CONFIGS / "llama3-8b.yaml"), "-q")
+    assert code == 0
+    row = next(line for line in out.splitlines() if line.startswith("│     3 │"))
+    assert "13,833" in row and "loss" in row
+
+
+def test_a_mindformers_run_config_s_plan_is_said_in_its_yaml_not_as_megatron_flags(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """MindFormers takes `offset` and the recompute lists, not `--pipeline-model-parallel-layout`: a
+    `framework: mindformers` run printed a Megatron-LM line a MindFormers user cannot use (qa26, qa27)."""
+    text = (CONFIGS / "llama3-8b.yaml").read_text()
+    text = text.replace("config: hf/llama3-8b.json", f"config: {CONFIGS / 'hf' / 'llama3-8b.json'}")
+    run = tmp_path / "mindformers.yaml"
+    run.write_text("framework: mindformers\n" + text)
+    code, out, _ = _run(capsys, str(run), "-q")
+    assert code == 0 and "offset: [" in out
+    assert "Megatron-LM" not in out and "--recompute" not in out
+    plan = tmp_path / "plan.yaml"
+    plan.write_text("offset: [0, 0, 0, 0]\n")
+    assert main(["check", str(run), "--plan", str(plan), "-q"]) in (0, 1)
+    out = capsys.readouterr().out
+    assert "the balancer's plan" in out and "Megatron-LM" not in out

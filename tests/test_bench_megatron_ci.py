@@ -4,6 +4,7 @@ pretrain_gpt.py (tests/functional_tests/shell_test_utils/_run_training.sh, Megat
 from __future__ import annotations
 
 import json
+import math
 import os
 import subprocess
 
@@ -109,11 +110,34 @@ def test_moe_rows_beyond_3_percent_are_priced_at_their_routing_bound(bench):
         predicted = bench.predicted_gib(row.measured)[0]
         rows.append(bench.Row(**{**row.__dict__, "peak": (predicted * off, predicted), "moment": "loss"}))
     (found,) = bench.routing_rows(rows)
-    row, balanced, bound, worst = found
+    row = found.row
     assert row.case == "moe_off"
-    assert balanced == pytest.approx(row.peak[1])
-    assert bound == pytest.approx(2.0)
-    assert worst > balanced
+    assert found.balanced == pytest.approx(row.peak[1])
+    assert found.bound == pytest.approx(2.0)
+    assert found.worst > found.balanced
+    # measured 1.10 × balanced on a peak linear in the share: 1 + 0.10·balanced/(worst − balanced)·(2 − 1)
+    assert found.implied == pytest.approx(1 + 0.10 * found.balanced / (found.worst - found.balanced))
+    # no golden iterations logged: one draw, whose largest is its mean, whatever the spread
+    assert found.independent == pytest.approx(1.0)
+
+
+def test_expected_largest_of_normals(bench):
+    # E[max of n standard normals]: 0 for one; 1/√π for two; 3/(2√π) for three (the order statistics' closed forms)
+    assert bench.expected_max_normal(1) == pytest.approx(0.0, abs=1e-9)
+    assert bench.expected_max_normal(2) == pytest.approx(1 / math.sqrt(math.pi), rel=1e-6)
+    assert bench.expected_max_normal(3) == pytest.approx(3 / (2 * math.sqrt(math.pi)), rel=1e-6)
+
+
+def test_independent_routing_spread_of_the_ep8_case(bench):
+    # moe/gpt3_moe_mcore_te_ep8_*: 8 experts over EP 8 (one a rank), top 2, MBS 4 × 1024 tokens: the rank's
+    # expert takes 4096 · 2 = 8192 rows a layer at balance (allgather: 8 ranks' 4096 tokens × 2/8), 12 layers,
+    # one micro-batch in flight. A token's copies on the rank: hypergeometric, variance 2·(1/8)(7/8)·(6/7) =
+    # 0.1875; over the 32768 tokens 6144, over the mean squared 6144/8192² = (7/8)·6/(7·8192) a layer, /12 for
+    # the 12 layers: 5.25/688,128 = 7.629e-6, a spread of 0.2762%; at its largest of 100 logged iterations
+    # (E[max of 100 standard normals] = 2.5076, tabulated): 1 + 2.5076 · 0.002762 = 1.00693
+    share = bench.independent_share(8192, 8, 1, 2, 12, 100)
+    assert share == pytest.approx(1 + 2.50759 * math.sqrt(5.25 / 688128), rel=1e-5)
+    assert share == pytest.approx(1.00693, abs=1e-5)
 
 
 def test_a_row_is_priced_at_the_releases_that_measured_it(bench, tmp_path, monkeypatch):

@@ -346,6 +346,41 @@ def test_megatron_flags_for_a_run_megatron_cannot_say_are_refused(
             "model: {model_config: {offset: [0, 0, 0, 0], num_layers: 30}}\n",
             "model.model_config.num_layers: 30, the run config has num_layers 32",
         ),
+        # MindFormers' newer configs say it in Hugging Face's words (configs/qwen3/pretrain_qwen3_32b_4k.yaml at
+        # b18b9a6a4: num_hidden_layers), checked at the run's layers without a word; and the other sizes (qa27)
+        (
+            "model: {model_config: {offset: [0, 0, 0, 0], num_hidden_layers: 30}}\n",
+            "model.model_config.num_hidden_layers: 30, the run config has num_layers 32",
+        ),
+        (
+            "model: {model_config: {offset: [0, 0, 0, 0], hidden_size: 5120}}\n",
+            "model.model_config.hidden_size: 5120, the run config has hidden_size 4096",
+        ),
+        (
+            "model: {model_config: {offset: [0, 0, 0, 0], n_kv_heads: 4}}\n",
+            "model.model_config.n_kv_heads: 4, the run config has num_key_value_heads 8",
+        ),
+        # the run is tp 2 with sequence parallelism: MindFormers' use_seq_parallel False keeps whole activations
+        (
+            "offset: [0, 0, 0, 0]\nparallel_config: {use_seq_parallel: False}\n",
+            "parallel_config.use_seq_parallel: false, the run config has sequence_parallel True",
+        ),
+        (
+            "model: {model_config: {offset: [0, 0, 0, 0], seq_length: 4096}}\n",
+            "model.model_config.seq_length: 4096, the run config has seq_length 8192",
+        ),
+        # MindSpore's pool stops at context.max_device_memory (GiB: mem_dynamic_allocator.cc kGBToByte = 1024 << 20);
+        # the research Llama 3.1 8B yaml's "58GB" was checked against the 910B's whole 64 GB, exit 0 (qa27).
+        # Here 20 GiB = 20,480 MB against 81,559 − 55,000 = 26,559 usable: 6,079 MB short
+        (
+            "offset: [0, 0, 0, 0]\ncontext: {max_device_memory: '20GB'}\n",
+            "context.max_device_memory: '20GB' (20,480 MB), under the run config's 26,559 MB usable: ppb checks the "
+            "plan at the run's memory (give device.reserved_mb 6,079 more)",
+        ),
+        (
+            "offset: [0, 0, 0, 0]\ncontext: {max_device_memory: 20}\n",
+            "context.max_device_memory: 20 is not MindSpore's size, e.g. '58GB'",
+        ),
     ],
 )
 def test_a_mindformers_plan_with_a_wrong_key_or_count_is_one_line(
@@ -400,6 +435,33 @@ def test_a_torchtitan_job_toml_is_refused_for_another_frameworks_run(
     assert (
         code == 2 and err.count("\n") == 1 and f"{plan}: a torchtitan job TOML; the run's framework is megatron" in err
     )
+
+
+@pytest.mark.parametrize(
+    ("change", "line"),
+    [
+        ("tensor_parallel_degree = 1", "parallelism.tensor_parallel_degree: 2; the run config has tp 1"),
+        ("context_parallel_degree = 1", "parallelism.context_parallel_degree: 2; the run config has cp 1"),
+        (
+            "data_parallel_shard_degree = -1",
+            "parallelism.data_parallel_shard_degree: 4 × data_parallel_replicate_degree 1 = 4 data-parallel ranks; "
+            "the run config has dp 8",
+        ),
+    ],
+)
+def test_a_torchtitan_job_toml_of_other_degrees_is_refused(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, change: str, line: str
+) -> None:
+    """configs/llama3.1-8b-torchtitan.yaml is dp 8 (FSDP), tp 1, cp 1; torchtitan's shipped llama3_8b.toml with
+    one degree changed was checked at the run's degrees, exit 0 (qa27), where a Megatron script's
+    `--tensor-model-parallel-size` is refused. The degree set to 2 (the shard degree to 4)."""
+    shipped = (Path(__file__).parent / "data" / "torchtitan" / "llama3_8b.toml").read_text()
+    name, _ = change.split(" = ")
+    plan = tmp_path / "job.toml"
+    plan.write_text(shipped.replace(change, f"{name} = {4 if 'shard' in name else 2}"))
+    code = main(["check", str(CONFIGS / "llama3.1-8b-torchtitan.yaml"), "--plan", str(plan), "--no-optimum", "-q"])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1 and f"{plan}: {line}" in err, err
 
 
 def test_the_printed_iteration_is_the_whole_iterations(capsys: pytest.CaptureFixture[str], small_device: Path) -> None:
@@ -523,3 +585,13 @@ def test_a_plan_json_solved_at_other_sizes_names_them(capsys: pytest.CaptureFixt
     assert main(["check", str(run), "--plan", str(plan), "-q", "--no-optimum"]) == 2
     said = capsys.readouterr().err
     assert f"{plan}: input.stages: the plan was solved at stages 2, the run config has parallel.pp 4" in said
+
+
+def test_a_mindspore_pool_at_least_the_usable_memory_is_accepted(
+    capsys: pytest.CaptureFixture[str], small_device: Path, tmp_path: Path
+) -> None:
+    """26 GiB = 26,624 MB is at least the run's 26,559 MB usable: the plan is checked as before (qa27)."""
+    plan = tmp_path / "plan.yaml"
+    plan.write_text("offset: [0, 0, 0, 0]\ncontext: {max_device_memory: '26GB'}\n")
+    assert main(["check", str(small_device), "--plan", str(plan), "--no-optimum", "-q"]) in (0, 1)
+    assert "max_device_memory" not in capsys.readouterr().err

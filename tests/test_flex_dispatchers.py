@@ -16,8 +16,9 @@ from ppb_core.errors import InputError
 from ppb_core.memory.frameworks.flex_buffers import deepep_buffer_bytes, hybridep_buffer_bytes
 from ppb_core.memory.setup import MemorySetup
 from ppb_core.model.kinds import body_kind
-from ppb_core.timing.flex import flex_sms, ranks_reached
-from ppb_core.timing.flops import Op, OpGeometry, expert_fp8_pads, moe_ops
+from ppb_core.timing.comm import Links, collective_seconds
+from ppb_core.timing.flex import flex_sms, hybridep_ib_rates, hybridep_rates, ranks_reached
+from ppb_core.timing.flops import ALL_TO_ALL, Collective, Op, OpGeometry, expert_fp8_pads, moe_ops
 from ppb_core.timing.host import dispatcher_wait_s
 from ppb_core.timing.launches import layer_launches
 
@@ -231,3 +232,79 @@ def test_te_grouped_mlp_pads_its_fp8_rows_unless_the_dispatcher_aligned_them() -
     for name in ("experts_pad", "experts_pad_probs", "experts_unpad"):
         assert launches[name] == (1.0, 1.0)
     assert "experts_pad" not in {op.name for op in moe_ops(KIND, MOE, dataclasses.replace(geo, expert_fp8_pads=0))}
+
+
+def test_hybridep_takes_its_kernels_measured_rate_inside_an_nvlink5_domain() -> None:
+    # DeepEP hybrid-ep 6ad6896, Hybrid-EP_Intra-node_Implementation.md, "GB200 Platform", kernel only, GB/s
+    # (BF16 dispatch, combine): 8 ranks at 32 SMs 764.03 / 737.13, at 16 SMs 750.15 / 684.27; 36 ranks at 32 SMs
+    # 632.31 / 596.99
+    assert hybridep_rates("b200", 8, 32, False) == (764.03e9, 737.13e9)
+    assert hybridep_rates("gb300", 8, 24, False) == (750.15e9, 684.27e9)  # 24 SMs: the 16-SM figures
+    assert hybridep_rates("gb200", 64, 32, False) == (632.31e9, 596.99e9)  # past 36 ranks: 36's
+    assert hybridep_rates("gb200", 20, 32, False) == (706.95e9, 666.26e9)  # 20 ranks: 16's
+    # not measured: NVLink 4, fewer than 16 SMs, the permute fused into the kernels, fewer than 8 ranks
+    assert hybridep_rates("h100-80gb", 8, 32, False) == ()
+    assert hybridep_rates("b200", 8, 8, False) == ()
+    assert hybridep_rates("b200", 8, 32, True) == ()
+    assert hybridep_rates("b200", 4, 32, False) == ()
+
+
+def test_a_hybridep_all_to_all_in_one_domain_moves_every_row_at_that_rate() -> None:
+    # Qwen3 30B-A3B's shape on 8 B200, EP 8, HybridEP on the recipes' 32 SMs: the geometry carries the 8-rank
+    # 32-SM rates; over two 8-GPU H100 nodes none (across domains, and no NVLink-4 figure)
+    run = make_run(SPEC, parallel={"dp": 8, "ep": 8}, training={"seq_length": 4096}, device={"name": "b200"},
+                   timing={"moe_dispatcher": "hybridep", "moe_flex_dispatcher_num_sms": 32})  # fmt: skip
+    geo = OpGeometry.from_run(run)
+    assert geo.hybridep_rates == (764.03e9, 737.13e9)
+    across = make_run(SPEC, parallel={"dp": 16, "ep": 16}, timing={"moe_dispatcher": "hybridep"})
+    assert OpGeometry.from_run(across).hybridep_rates == ()
+    ops = {op.name: op for op in moe_ops(KIND, MOE, geo)}
+    # the dispatch's combine kernel backward, the combine's dispatch kernel (fused_a2a.py HybridEPDispatch /
+    # HybridEPCombine backward)
+    dispatch, combine = ops["dispatch"], ops["combine"]
+    assert dispatch.forward_comm.algorithm_bytes_per_s == 764.03e9
+    assert dispatch.backward_comm.algorithm_bytes_per_s == 737.13e9
+    assert combine.forward_comm.algorithm_bytes_per_s == 737.13e9
+    assert combine.backward_comm.algorithm_bytes_per_s == 764.03e9
+    # 4096 tokens, each to 8·(1 − C(112, 8)/C(128, 8)) = 5.339 of 8 ranks holding 16 experts each, a bf16 row of
+    # 2048: 4096 · 5.339 · 4096 B = 89.58 MB, over 764.03 GB/s: 0.1172 ms (its own row included, no NCCL steps)
+    missed = (112 * 111 * 110 * 109 * 108 * 107 * 106 * 105) / (128 * 127 * 126 * 125 * 124 * 123 * 122 * 121)
+    reached = 8 * (1 - missed)
+    payload = 4096 * reached * 2048 * 2
+    assert dispatch.forward_comm.payload_bytes == pytest.approx(payload)
+    links = Links.from_run(run)
+    assert collective_seconds(dispatch.forward_comm, links) == pytest.approx(payload / 764.03e9)
+    assert collective_seconds(dispatch.forward_comm, links) == pytest.approx(0.1172e-3, rel=1e-3)
+    # without a measured rate, NCCL's model: 7/8 of it over 0.802 · 900 GB/s, and 7 steps of 5 us
+    plain = Collective(ALL_TO_ALL, "ep", payload, "ep")
+    assert collective_seconds(plain, links) == pytest.approx(payload * 7 / 8 / (0.802 * 900e9) + 7 * 5e-6)
+
+
+def test_hybridep_across_h100_nodes_takes_its_measured_ib_rate_a_leaving_byte() -> None:
+    # DeepEP hybrid-ep 1dddd19, Hybrid-EP_Implementation.md, "H100 Platform", kernel only, IB GB/s counted with the
+    # local node's copies (tests/utils.py count_rdma_send_from_routing_map): 16 ranks at 16 SMs 71.71 / 62.95; over
+    # two nodes half the counted copies leave: 35.855 / 31.475 GB/s a leaving byte
+    assert hybridep_ib_rates("h100-80gb", 16, 32, False, 2) == pytest.approx((35.855e9, 31.475e9))
+    # 64 ranks over 8 nodes at 8 SMs: 50.55 / 51.03 counted, 7/8 of them leaving
+    assert hybridep_ib_rates("h100-80gb", 64, 8, False, 8) == pytest.approx((50.55e9 * 7 / 8, 51.03e9 * 7 / 8))
+    assert hybridep_ib_rates("b200", 16, 32, False, 2) == ()  # not measured across B200 nodes
+    assert hybridep_ib_rates("h100-80gb", 16, 32, False, 1) == ()
+    # Qwen3 30B-A3B's shape at EP 16 over two 8-GPU H100 nodes, the recipe's 32 SMs
+    run = make_run(SPEC, parallel={"dp": 16, "ep": 16}, training={"seq_length": 4096},
+                   timing={"moe_dispatcher": "hybridep", "moe_flex_dispatcher_num_sms": 32})  # fmt: skip
+    geo = OpGeometry.from_run(run)
+    assert geo.hybridep_rates == () and geo.hybridep_ib_rates == pytest.approx((35.855e9, 31.475e9))
+    dispatch = {op.name: op for op in moe_ops(KIND, MOE, geo)}["dispatch"]
+    assert dispatch.forward_comm.inter_node_bytes_per_s == pytest.approx(35.855e9)
+    assert dispatch.backward_comm.inter_node_bytes_per_s == pytest.approx(31.475e9)
+    # 4096 tokens reach 2·(1 − 0.5^8) = 1.9922 nodes, half of them remote: 4096 · 0.99609 · 4096 B = 16.71 MB leave,
+    # at 35.855 GB/s 0.4661 ms; NVLink's side, 6.5965 of 16 ranks' rows a token (1 − C(120, 8)/C(128, 8) = 0.41228
+    # each), 7 of them local: 4096 · 6.5965 · 4096 / 16 · 7 B over 0.8 · 450 GB/s = 0.1345 ms; the slower one, then
+    # 15 steps of 5 + 5 us (NVLink's and the node's latency)
+    leaving = 4096 * 2 * (1 - 0.5**8) * 0.5 * 2048 * 2
+    intra = 4096 * 16 * (1 - MISSED) * 2048 * 2 / 16 * 7 / (0.8 * 450e9)
+    links = Links.from_run(run)
+    assert collective_seconds(dispatch.forward_comm, links) == pytest.approx(
+        max(intra, leaving / 35.855e9) + 15 * 10e-6
+    )
+    assert leaving / 35.855e9 == pytest.approx(0.4661e-3, rel=1e-3) and intra == pytest.approx(0.1345e-3, rel=1e-3)

@@ -11,6 +11,7 @@ from ppb_core.balance.megatron_import import import_megatron, run_config_of
 from ppb_core.cli.main import main
 from ppb_core.config.run import load_run_config, parse_run_config
 from ppb_core.errors import InputError
+from ppb_core.timing.iteration import framework_rules
 
 # tests/functional_tests/test_cases/gpt/gpt3_mcore_te_tp2_pp2_resume_torch_dist/model_config.yaml, as the CI's
 # _run_training.sh hands it to pretrain_gpt.py (ENV_VARS exported first), paths left as variables.
@@ -446,6 +447,13 @@ def test_the_micro_batch_group_is_carried_where_the_interleaved_schedule_reads_i
         "h100-80gb",
     )
     assert flushed.raw["timing"]["overlap_p2p_comm_warmup_flush"] is True and not flushed.notes
+    # and --no-overlap-p2p-communication (arguments.py store_false, dest overlap_p2p_comm): the interleaved
+    # schedule's blocking calls (pipeline_p2p megatron_batched)
+    batched = import_megatron(
+        f"{BASE} {pipeline} --num-virtual-stages-per-pipeline-rank 2 --no-overlap-p2p-communication", 8, "h100-80gb"
+    )
+    assert batched.raw["timing"]["overlap_p2p_comm"] is False and not batched.notes
+    assert framework_rules(run_config_of(batched, "case")).p2p_protocol == "megatron_batched"
 
 
 def test_the_warmup_flush_is_refused_where_megatron_refuses_it() -> None:

@@ -114,3 +114,32 @@ def test_the_qwen3_30b_row_keeps_its_experts_inputs_quantized(bench):
     assert memory.buffers(layer, NOT).kept_bytes() == 7 * 32768 * 2048 * (1 + 1 / 32)
     # the router reads the MoE norm's output in bf16; the attention output stays bf16 (the projection's original)
     assert terms["moe.norm_output"].element_bytes == terms["attention.core_output"].element_bytes == 2
+
+
+LLAMA3 = ("Llama 3 405B (8192 H100, TP8 PP16 DP64)", "Llama 3 405B (16384 H100, TP8 PP16 DP128)")
+# A Llama 3 405B layer per TP 8 rank: q and o 16384² each, k and v 16384·1024 each (8 KV heads of 128), the SwiGLU
+# 3·16384·53248, split 8 ways; the two RMSNorm weights (16384 each) whole on every TP rank:
+# (2·268,435,456 + 2·16,777,216 + 2,617,245,696) / 8 + 2·16384 = 398,458,880 + 32,768 = 398,491,648.
+LLAMA3_LAYER_PER_TP_RANK = (2 * 16384**2 + 2 * 16384 * 1024 + 3 * 16384 * 53248) // 8 + 2 * 16384
+
+
+def test_llama3_405b_rows_shard_gradients_as_the_paper_says(bench):
+    # The Llama 3 paper, §3.3.2: "Our use of FSDP for Llama 3 shards optimizer states and gradients, but for model
+    # shards we do not reshard after forward computation" (ZeRO-2). Stage 1 holds 8 body layers: against ZeRO-1,
+    # which keeps every fp32 gradient whole, it holds 4 bytes a parameter × (1 − 1/DP) less.
+    for name, dp in zip(LLAMA3, (64, 128), strict=True):
+        row = next(row for row in bench.public_runs() if row.name == name)
+        assert row.raw["parallel"]["zero"] == 2
+        zero1 = bench.run_config({**row.raw, "parallel": {**row.raw["parallel"], "zero": 1}}, name)
+        sharded, whole = bench.run_stage_peaks(bench.config(row))[1], bench.run_stage_peaks(zero1)[1]
+        assert sharded.body_layers == 8
+        saved = 8 * LLAMA3_LAYER_PER_TP_RANK * 4 * (1 - 1 / dp)
+        assert whole.static_bytes - sharded.static_bytes == pytest.approx(saved, rel=1e-9)
+
+
+def test_llama3_405b_rows_that_trained_fit_their_devices(bench):
+    # At ZeRO-1 stage 1 held 92,054 MiB (DP 64) and 84,967 MiB (DP 128) on H100's 81,559 (session 26); the paper's
+    # gradient sharding takes 8 · 398,491,648 · 4 · 63/64 B = 11,971 MiB (DP 64) off: 81,347 MiB, just under.
+    rows = [row for row in bench.public_runs() if row.name in LLAMA3]
+    assert len(rows) == 2
+    assert bench.over_device(rows) == []

@@ -11,6 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from ppb_core.errors import InputError
 from ppb_core.memory import MemoryModel
 from ppb_core.model.walk import BODY, walk
 from ppb_core.pipeline_lockstep import looped_steps
@@ -115,6 +116,24 @@ def test_megatron_rules_name_its_protocols() -> None:
     assert framework_rules(small_run(pp=2, vpp=2, schedule="interleaved")).p2p_protocol == "megatron_overlap"
     older = small_run(pp=2, vpp=2, schedule="interleaved", timing={"interleaved_send_waits": "core_r0.8"})
     assert framework_rules(older).p2p_protocol == "megatron_overlap_r0.8"
+    # --no-overlap-p2p-communication (and Megatron-LM of 2022): the interleaved schedule's blocking calls; 1F1B
+    # is megatron_sync either way (Megatron forces overlap_p2p_comm off without virtual stages)
+    batched = small_run(pp=2, vpp=2, schedule="interleaved", timing={"overlap_p2p_comm": False})
+    assert framework_rules(batched).p2p_protocol == "megatron_batched"
+    assert framework_rules(small_run(pp=2, timing={"overlap_p2p_comm": False})).p2p_protocol == "megatron_sync"
+
+
+def test_the_warmup_flush_needs_overlapped_p2p() -> None:
+    # model_parallel_config.py `__post_init__` (d98e8a64): the flush "is only compatible with overlap_p2p_comm but
+    # not batch_p2p_comm"
+    with pytest.raises(InputError, match=r"timing\.overlap_p2p_comm_warmup_flush.*needs timing\.overlap_p2p_comm"):
+        timing = {"overlap_p2p_comm": False, "overlap_p2p_comm_warmup_flush": True}
+        small_run(pp=2, vpp=2, schedule="interleaved", timing=timing)
+
+
+def test_the_batched_protocol_is_the_interleaved_schedule_s() -> None:
+    with pytest.raises(ValueError, match="megatron_batched is the interleaved schedule's"):
+        simulate_p2p("megatron_batched", "1f1b", [[1.0, 1.0]], [[2.0, 2.0]], 4, [[0.25, 0.25]])
 
 
 @settings(max_examples=40, deadline=None)
@@ -132,7 +151,7 @@ def test_the_waits_never_shorten_the_plain_schedule_and_slower_links_never_help(
     schedule, protocol = ("interleaved", "megatron_overlap") if interleaved else ("1f1b", "megatron_sync")
     protocol = data.draw(
         st.sampled_from(
-            ["megatron_overlap", "megatron_overlap_r0.10", "megatron_overlap_r0.8", "torch_looped"]
+            ["megatron_overlap", "megatron_overlap_r0.10", "megatron_overlap_r0.8", "megatron_batched", "torch_looped"]
             if interleaved
             else ["megatron_sync", "torch_1f1b", "deepspeed"]
         )
@@ -269,3 +288,116 @@ def test_first_backward_receive_is_posted_after_the_last_warm_up_forward() -> No
     assert _post("megatron_overlap_r0.8", "interleaved", 2, order, 0, 5, (1, 3), -1) == (3, None)
     short = stage_orders("interleaved", 2, 2, 2)[0]
     assert _post("megatron_overlap_r0.8", "interleaved", 2, short, 0, 4, (1, 3), -1) == (3, None)
+
+
+def _megatron_2022_program(stages: int, chunks: int, m: int, rank: int) -> list[tuple]:
+    """One rank's ops and blocking calls, step by step as Megatron-LM's 2022 interleaved schedule issues them
+    (megatron/schedules.py `forward_backward_pipelining_with_interleaving` at d898a8991d, written out again
+    independently of ppb_core.pipeline_p2p): ("F" | "B", chunk) ops and ("call", sends_next, sends_prev,
+    receives_prev, receives_next) calls, each call's requests all waited for (p2p_communication.py
+    `_communicate`)."""
+    total = m * chunks
+    warmup = min((stages - rank - 1) * 2 + (chunks - 1) * stages, total)
+
+    def chunk_of(k: int, forward: bool) -> int:
+        chunk = (k % (stages * chunks)) // stages
+        return chunk if forward else chunks - chunk - 1
+
+    first, last = rank == 0, rank == stages - 1
+    program: list[tuple] = [] if first else [("call", 0, 0, 1, 0)]  # recv_forward before the warm-up
+    for k in range(warmup):
+        program.append(("F", chunk_of(k, True)))
+        send = 0 if last and chunk_of(k, True) == chunks - 1 else 1
+        recv_prev = 0 if (first and chunk_of(k + 1, True) == 0) or k == total - 1 else 1
+        recv_next = 1 if k == warmup - 1 and not last else 0
+        program.append(("call", send, 0, recv_prev, recv_next))
+    for k in range(total - warmup):
+        forward_k = k + warmup
+        program += [("F", chunk_of(forward_k, True)), ("B", chunk_of(k, False))]
+        send_next = 0 if last and chunk_of(forward_k, True) == chunks - 1 else 1
+        send_prev = 0 if first and chunk_of(k, False) == 0 else 1
+        recv_prev = 0 if first and chunk_of(forward_k - (stages - 1), True) == chunks - 1 else 1
+        recv_next = 0 if last and chunk_of(k - (stages - 1), False) == 0 else 1
+        if k == total - warmup - 1:
+            recv_prev = 0
+        program.append(("call", send_next, send_prev, recv_prev, recv_next))
+    for k in range(total - warmup, total):
+        program.append(("B", chunk_of(k, False)))
+        recv_next = 0 if (last and chunk_of(k + 1, False) == chunks - 1) or k == total - 1 else 1
+        program.append(("call", 0, 0 if first and chunk_of(k, False) == 0 else 1, 0, recv_next))
+    return program
+
+
+def _megatron_2022_starts(stages, chunks, m, forward, backward, x) -> list[list[tuple[str, int, float]]]:
+    """Each rank's ops with their start times when every transfer takes *x*: the n-th send to a neighbour
+    meets that neighbour's n-th receive from it (NCCL's order), starting once both calls are posted."""
+    programs = [_megatron_2022_program(stages, chunks, m, r) for r in range(stages)]
+    posted: dict[tuple, float] = {}  # (link, direction, n) -> the time each side posted it
+    pointer, clock = [0] * stages, [0.0] * stages
+    counts = [{"sn": 0, "sp": 0, "rp": 0, "rn": 0} for _ in range(stages)]
+    starts: list[list[tuple[str, int, float]]] = [[] for _ in range(stages)]
+    while any(pointer[r] < len(programs[r]) for r in range(stages)):
+        moved = False
+        for r in range(stages):
+            while pointer[r] < len(programs[r]):
+                item = programs[r][pointer[r]]
+                if item[0] != "call":
+                    times = forward if item[0] == "F" else backward
+                    starts[r].append((item[0], item[1], clock[r]))
+                    clock[r] += times[item[1]][r]
+                    pointer[r] += 1
+                    moved = True
+                    continue
+                _, send_next, send_prev, recv_prev, recv_next = item
+                c = counts[r]
+                # a transfer is (direction, its sender, its number on that link); each side posts it at its call
+                wanted = []
+                if send_next:
+                    wanted.append(("f", r, c["sn"]))
+                if send_prev:
+                    wanted.append(("b", r, c["sp"]))
+                if recv_prev:
+                    wanted.append(("f", (r - 1) % stages, c["rp"]))
+                if recv_next:
+                    wanted.append(("b", (r + 1) % stages, c["rn"]))
+                for key in wanted:
+                    posted.setdefault((*key, r), clock[r])
+                ends = []
+                for key in wanted:
+                    way, sender, _ = key
+                    receiver = (sender + 1) % stages if way == "f" else (sender - 1) % stages
+                    other = receiver if sender == r else sender
+                    if (*key, other) not in posted:
+                        break
+                    ends.append(max(posted[(*key, r)], posted[(*key, other)]) + x)
+                else:
+                    clock[r] = max([clock[r], *ends])
+                    c["sn"] += send_next
+                    c["sp"] += send_prev
+                    c["rp"] += recv_prev
+                    c["rn"] += recv_next
+                    pointer[r] += 1
+                    moved = True
+                    continue
+                break
+        assert moved, "the program deadlocks"
+    return starts
+
+
+@settings(max_examples=25, deadline=None)
+@given(stages=st.integers(2, 4), chunks=st.integers(2, 3), groups=st.integers(2, 3), data=st.data())
+def test_batched_protocol_agrees_with_megatron_2022_s_calls_step_by_step(stages, chunks, groups, data) -> None:
+    # `megatron_batched` (ppb's graph of posts and waits, keyed by the op each transfer feeds) against a
+    # step-by-step run of the 2022 schedule's own calls (above), whose receives NCCL matches to sends by order.
+    # m = groups · P with groups >= 2 (Megatron asserts m % P == 0; at m = P it runs every forward first).
+    m = groups * stages
+    cells = st.lists(st.floats(0.5, 3.0), min_size=stages * chunks, max_size=stages * chunks)
+    flat_f, flat_b = data.draw(cells), data.draw(cells)
+    forward = [flat_f[c * stages : (c + 1) * stages] for c in range(chunks)]
+    backward = [flat_b[c * stages : (c + 1) * stages] for c in range(chunks)]
+    x = data.draw(st.floats(0.0, 1.0))
+    timeline = simulate_p2p("megatron_batched", "interleaved", forward, backward, m, [[x] * stages] * chunks)
+    expected = _megatron_2022_starts(stages, chunks, m, forward, backward, x)
+    for stage in range(stages):
+        assert [(op.kind, op.chunk) for op in timeline.orders[stage]] == [(k, c) for k, c, _ in expected[stage]]
+        assert timeline.starts[stage] == pytest.approx([t for _, _, t in expected[stage]], abs=1e-9)

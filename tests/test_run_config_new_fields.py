@@ -89,6 +89,9 @@ CASES = [
     (MEGATRON, "timing", {"weight_hash_interval": 0}, "timing.weight_hash_interval", "greater than or equal to 1"),
     (MEGATRON, "device", {"host_boost_ghz": 11}, "device.host_boost_ghz", "less than or equal to 10"),
     (MEGATRON, "timing", {"overlap_p2p_comm_warmup_flush": True}, "timing.overlap_p2p_comm_warmup_flush", "1f1b"),
+    # Megatron's --no-overlap-p2p-communication: read nowhere else; the flush needs it on (model_parallel_config.py)
+    (TITAN, "timing", {"overlap_p2p_comm": False}, "timing.overlap_p2p_comm", "Megatron-LM's"),
+    (MEGATRON, "timing", {"overlap_p2p_comm": "maybe"}, "timing.overlap_p2p_comm", "boolean"),
     (MINDFORMERS, "timing", {"log_params_norm": True}, "timing.log_params_norm", "framework is mindformers"),
     # Megatron's --cuda-graph-warmup-steps (training.py reads it only where graphs are captured)
     (TITAN, "timing", {"cuda_graph_warmup_steps": 0}, "timing.cuda_graph_warmup_steps", "Megatron-LM's"),

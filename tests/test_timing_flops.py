@@ -672,8 +672,9 @@ def test_gpt_oss_experts_fc2_bias_is_megatron_s_per_expert_loop():
     # MoE at s = 4096, b = 1, EP 8: 16 local experts; 4096 tokens · top-4 = 16,384 rows (balanced) of h 2880 in
     # bf16, probabilities bf16 (no promotion). Forward: b·p written (2), t and b·p read, the sum written (6), the
     # cat read and written (4): 12 bytes a row element = 16,384 · 2880 · 12 = 566,231,040; 2 kernels an expert and
-    # the cat's: 33. Backward: the gradient read for the bias's and the probabilities' products: 4 bytes an element
-    # = 188,743,680; 4 kernels an expert: 64.
+    # the cat's: 33. Backward (autograd's mul backward writes each product g·p and g·b in full, then sums it to the
+    # broadcast input's shape): each product read g and wrote (4), each sum read it (2): 12 bytes an element =
+    # 566,231,040; 4 kernels an expert: 64.
     spec = {
         **GPT_OSS_ATTENTION_LAYER,
         "activation": "quick_geglu",
@@ -686,7 +687,7 @@ def test_gpt_oss_experts_fc2_bias_is_megatron_s_per_expert_loop():
     }
     ops = {op.name: op for op in ops_of(spec_run(spec, s=4096, dp=8, ep=8))}
     bias = ops["experts_bias"]
-    assert (bias.bytes, bias.backward_bytes, bias.launches) == (566_231_040, 188_743_680, (33.0, 64.0))
+    assert (bias.bytes, bias.backward_bytes, bias.launches) == (566_231_040, 566_231_040, (33.0, 64.0))
     assert bias.inputs == ("experts_out",)
     assert ops["combine"].inputs == ("experts_bias",)
     # weighted_bias_quick_geglu_impl's eager clamp (fused_bias_geglu.py, 2edffadb52) between fc1 and the fused
@@ -696,9 +697,43 @@ def test_gpt_oss_experts_fc2_bias_is_megatron_s_per_expert_loop():
     clamp = ops["experts_clamp"]
     assert (clamp.bytes, clamp.backward_bytes, clamp.launches) == (754_974_720, 1_038_090_240, (4.0, 8.0))
     assert (clamp.inputs, ops["experts_act"].inputs, clamp.switch) == (("experts_in",), ("experts_clamp",), "ffAct")
+    # the offset's `torch.tensor(linear_offset, device=...)` is a blocking copy (PyTorch `memcpy_and_sync`): one sync
+    assert (clamp.syncs, ops["experts_act"].syncs) == (1, 0)
     # without a clamp value (Megatron-LM's --activation-func-clamp-value unset) `if clamp_value is not None` skips it
     unclamped = {op.name: op for op in ops_of(spec_run({**spec, "activation_clamp": 0.0}, s=4096, dp=8, ep=8))}
     assert "experts_clamp" not in unclamped and unclamped["experts_act"].inputs == ("experts_in",)
+
+
+def test_gpt_oss_fc2_bias_under_hybridep_runs_in_fp32():
+    # HybridEP returns fp32 probabilities whatever the router's dtype (token_dispatcher.py `_HybridEPManager.
+    # dispatch`: `self.token_probs.float()`; hybrid_ep.cu writes them as kFloat32), so `_apply_bias`'s b·p and sums
+    # are fp32: E = 16,384 rows · 2880 = 47,185,920 elements. Forward: b·p written (4), t (2) and b·p (4) read and
+    # the sum written (4), the cat read and written (8), the cast to bf16 read and written (6): 28 bytes =
+    # 1,321,205,760; kernels 2 an expert, the cat, the cast: 34. Backward: the output gradient cast up (2 + 4), t's
+    # gradient cast down (4 + 2), the two products (4 + 4 each) and their sums (4 each): 36 bytes = 1,698,693,120;
+    # kernels 4 an expert, t's gradient cast and the bias gradient's cast an expert, the cast up: 6 · 16 + 1 = 97.
+    spec = {
+        **GPT_OSS_ATTENTION_LAYER,
+        "activation": "quick_geglu",
+        "num_experts": 128,
+        "experts_per_token": 4,
+        "moe_intermediate_size": 2880,
+        "expert_bias": True,
+        "router_bias": True,
+        "activation_clamp": 7.0,
+    }
+    run = parse_run_config(
+        {
+            "name": "x",
+            "models": [{"name": "llm", "spec": spec}],
+            "parallel": {"dp": 8, "ep": 8},
+            "training": {"seq_length": 4096, "micro_batch_size": 1, "flash_attention": True},
+            "device": {"name": "h100-80gb"},
+            "timing": {"moe_dispatcher": "hybridep"},
+        }
+    )
+    bias = {op.name: op for op in ops_of(run)}["experts_bias"]
+    assert (bias.bytes, bias.backward_bytes, bias.launches) == (1_321_205_760, 1_698_693_120, (34.0, 97.0))
 
 
 def test_yarn_scaled_rotary_runs_megatron_s_unfused_steps():

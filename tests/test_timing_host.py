@@ -8,7 +8,14 @@ from test_memory_activations import MOE
 from test_memory_runs import make_run
 
 from ppb_core.timing.flops import COMM, Op
-from ppb_core.timing.host import dispatcher_wait_s, kernels, launch_wait_s, layer_host_waits
+from ppb_core.timing.host import (
+    dispatcher_wait_s,
+    dispatcher_waits,
+    kernels,
+    launch_wait_s,
+    layer_host_waits,
+    rerun_sync_wait_s,
+)
 from ppb_core.timing.iteration import run_iteration
 
 # A MoE layer's ops around Megatron's token dispatcher and their forward seconds, by hand.
@@ -151,3 +158,62 @@ def test_a_rerun_dispatch_launches_the_whole_rerun_again():
     router = layer_host_waits(ops, forward, launches, names[:1], (7.0, 2.0, 1.0), 1.5, "alltoall", False)
     assert router.backward == pytest.approx(7.5)
     assert 2.0 + 1.0 + router.backward <= 2.0 + 7.0 + full.backward
+
+
+def test_an_op_that_synchronizes_restarts_the_wait_from_an_idle_gpu():
+    # GPT-OSS's clamp ends with the quick-GEGLU offset's blocking copy (fused_bias_geglu.py
+    # `weighted_bias_quick_geglu_impl`, 2edffadb52: `torch.tensor(linear_offset, device=...)`, PyTorch's
+    # `memcpy_and_sync`). Dropless, 1.5 a launch, the permutation's 2 queued: the dispatch and the two GEMMs and
+    # the clamp launched at 1.5, 3, 4.5, 6 against the GPU reaching them at 2, 3, 4, 5: 1; then from an idle GPU
+    # the activation and the unpermutation at 1.5, 3 against 0, 1: 2. Together 3; without the sync one run of
+    # launches at 1.5 … 9 against 2 … 7: 2.
+    def ops(syncs):
+        return [
+            *DISPATCH_OPS[:4],
+            Op("moe.experts_clamp", "moe", "memory", syncs=syncs),
+            Op("moe.experts_act", "moe", "memory"),
+            DISPATCH_OPS[4],
+        ]
+
+    forward = {**DISPATCH_FORWARD_S, "moe.experts_clamp": 1.0, "moe.experts_act": 1.0}
+    assert dispatcher_wait_s(ops(1), forward, 1.5, dropless=True) == pytest.approx(3.0)
+    assert dispatcher_wait_s(ops(0), forward, 1.5, dropless=True) == pytest.approx(2.0)
+    # the piece after the clamp follows a sync inside the experts: a combined 1F1B step does not hide it (the
+    # backward layer's experts no longer queued), so the layer's dispatcher part is the first piece's 1 only
+    waits = dispatcher_waits(ops(1), forward, 1.5, dropless=True)
+    assert [(pytest.approx(wait), after) for wait, after in waits] == [(1.0, False), (2.0, True)]
+    # in a layer (wrapped to the next layer's router and permutation, the latter's 2 s left to its own wait): the
+    # second piece's launches at 1.5, 3, 4.5, 6 against 0, 1, 2, 3: 3; the forward waits 1 + 3 = 4
+    launches = {op.name: (float(kernels(op)), 0.0) for op in ops(1)}
+    host = layer_host_waits(ops(1), forward, launches, [], (10.0, 0.0, 0.0), 1.5, "alltoall", True)
+    assert (host.forward, host.dispatcher) == (pytest.approx(4.0), pytest.approx(1.0))
+
+
+def test_a_rerun_that_synchronizes_waits_in_the_backward():
+    # `moe_act` reruns the clamp and the activation from a hook on fc2's gradient function (tensor_parallel/
+    # random.py `discard_output_and_register_recompute`): the clamp's copy waits for the backward queued so far,
+    # then the host launches, 1.5 a launch, onto an idle GPU: the activation again (1 launch, 1 s), fc2's
+    # backward (2, 6 s), the activation's (1, 2), the clamp's (2, 2), fc1's (4, 8), then the previous layer's
+    # combine (1, 1). Launch k at 1.5k against the GPU reaching it at 0, 1, 4, 7, 9, 10, ...: 1.5, 2, 0.5, then
+    # ahead: the GPU waits 2.
+    ops = [
+        Op("moe.experts_in", "moe", "matmul", gemm=(8, 4, 4, 2, 4)),
+        Op("moe.experts_clamp", "moe", "memory", syncs=1),
+        Op("moe.experts_act", "moe", "memory"),
+        Op("moe.experts_out", "moe", "matmul", gemm=(8, 4, 4, 2, 4)),
+        Op("moe.combine", "moe", COMM),
+    ]
+    launches = {"moe.experts_in": (2.0, 4.0), "moe.experts_clamp": (1.0, 2.0), "moe.experts_act": (1.0, 1.0),
+                "moe.experts_out": (2.0, 2.0), "moe.combine": (1.0, 1.0)}  # fmt: skip
+    forward = {"moe.experts_in": 2.0, "moe.experts_clamp": 1.0, "moe.experts_act": 1.0, "moe.experts_out": 2.0,
+               "moe.combine": 1.0}  # fmt: skip
+    backward = {"moe.experts_in": 8.0, "moe.experts_clamp": 2.0, "moe.experts_act": 2.0, "moe.experts_out": 6.0,
+                "moe.combine": 1.0}  # fmt: skip
+    rerun = ["moe.experts_clamp", "moe.experts_act"]
+    assert rerun_sync_wait_s(ops, rerun, forward, backward, launches, 1.5) == pytest.approx(2.0)
+    # the activation alone rerun (no clamp) does not synchronize
+    assert rerun_sync_wait_s(ops, rerun[1:], forward, backward, launches, 1.5) == 0.0
+    # the layer's backward: that wait, then the GPU's 18 s of backward and 2 of rerun, with it, against the
+    # host's 12 launches (18 s): no excess beyond it
+    waits = layer_host_waits(ops, forward, launches, rerun, (7.0, 18.0, 2.0), 1.5, None, True, backward_s=backward)
+    assert waits.backward == pytest.approx(2.0)

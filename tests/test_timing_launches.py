@@ -138,6 +138,32 @@ def test_a_grouped_gemm_s_experts_after_the_first_are_issued_from_te_s_cpp_loop(
     )
     assert op_launches(sequential, **kw, cpp_gemm_share=share) == op_launches(sequential, **kw)
 
+    # biased experts (GPT-OSS): DDP's hook adds each of fc1's and fc2's 8 expert biases' gradients into their main
+    # gradient (distributed_data_parallel.py `_make_backward_post_hook`: `param.main_grad.add_`), 16 launches
+    biased = dataclasses.replace(experts, grad_adds=16.0)
+    assert op_launches(biased, **kw, cpp_gemm_share=share)[1] == pytest.approx(6.3263 + 16, abs=1e-4)
+
+
+def _gpt_oss_moe_ops(biased: bool) -> dict[str, Op]:
+    spec = {"vocab_size": 1000, "hidden_size": 2880, "num_layers": 1, "num_attention_heads": 64,
+            "num_key_value_heads": 8, "head_dim": 64, "intermediate_size": 2880, "activation": "quick_geglu",
+            "num_experts": 128, "experts_per_token": 4, "moe_intermediate_size": 2880, "expert_bias": biased,
+            "router_bias": biased}  # fmt: skip
+    config = {"name": "x", "models": [{"name": "llm", "spec": spec}], "parallel": {"dp": 8, "ep": 8},
+              "training": {"seq_length": 4096}, "device": {"name": "h100-80gb"}}  # fmt: skip
+    run = parse_run_config(config)
+    body = next(layer for layer in walk(run) if layer.node == "BODY")
+    return {op.name: op for op in TimeModel(run).ops(body)}
+
+
+def test_gpt_oss_expert_and_router_biases_add_their_gradients_in_ddp_s_hook():
+    # GPT-OSS's MoE at EP 8: 128 experts, 16 local; TEGroupedMLP's fc1 and fc2 GroupedLinears hold one bias an
+    # expert each (TE v2.14 grouped_linear.py `bias{i}`): 2 · 16 = 32 main-gradient adds; the router's bias one
+    ops = _gpt_oss_moe_ops(biased=True)
+    assert (ops["experts_in"].grad_adds, ops["router"].grad_adds, ops["experts_out"].grad_adds) == (32.0, 1.0, 0.0)
+    ops = _gpt_oss_moe_ops(biased=False)
+    assert (ops["experts_in"].grad_adds, ops["router"].grad_adds) == (0.0, 0.0)
+
 
 # a BF16 MoE layer: 8 experts, top-2, grouped GEMM, alltoall, 4-way data parallel
 _MOE_SPEC = {"vocab_size": 1024, "hidden_size": 1024, "num_layers": 2, "num_attention_heads": 8,

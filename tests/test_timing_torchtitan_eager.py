@@ -112,7 +112,8 @@ def _default_titan(timing: dict | None = None):
 def test_a_torchtitan_run_prices_v0_2_2_s_kernels_by_default():
     """v0.2.2 (73a0e697): nn.RMSNorm, PyTorch's fused kernel (4 and 6 bytes an element); SDPA with
     enable_gqa (ff0829c10: no repeat_kv op) under its cuDNN-first priority (6a3a9da95), priced at the
-    device's cuDNN rates (H100: 0.602 and 0.522 of peak, FlashAttention-2 0.374 and 0.326)."""
+    device's cuDNN rates (H100: 0.602 and 0.522 of peak; FlashAttention-2 as PyTorch SDPA runs it, flash-attn 2's
+    0.374 and 0.326 with the forward at SDPA's 0.938 of it, pytorch/benchmark #2443: 0.374 · 0.938 = 0.3508)."""
     new, old = _default_titan(), _default_titan({"norm_type": "rmsnorm", "repeat_kv": True, "sdpa_backend": "flash"})
     new_model, old_model = TimeModel(new), TimeModel(old)
     new_prices, old_prices = new_model.op_prices(_body(new)), old_model.op_prices(_body(old))
@@ -128,9 +129,11 @@ def test_a_torchtitan_run_prices_v0_2_2_s_kernels_by_default():
     assert old_prices["norm1"].forward_ms == pytest.approx(36 * elements / eager_rate * 1e3)
     assert old_prices["norm1"].backward_ms == pytest.approx(92 * elements / eager_rate * 1e3)
     assert (new_model.kernels.attention_forward, new_model.kernels.attention_backward) == (0.602, 0.522)
-    assert (old_model.kernels.attention_forward, old_model.kernels.attention_backward) == (0.374, 0.326)
+    assert old_model.kernels.attention_forward == pytest.approx(0.3508, abs=1e-4)
+    assert old_model.kernels.attention_backward == 0.326
     # PyTorch refuses cuDNN attention under deterministic algorithms (sdp_utils.cpp check_cudnn_deterministic)
-    assert TimeModel(_default_titan({"deterministic": True})).kernels.attention_forward == 0.374
+    deterministic = TimeModel(_default_titan({"deterministic": True})).kernels
+    assert deterministic.attention_forward == pytest.approx(0.3508, abs=1e-4)
 
 
 @pytest.mark.parametrize(

@@ -472,6 +472,27 @@ def test_bad_input_is_refused_naming_the_toml_key(text: str, gpus: int | None, k
     assert err.value.field == key
 
 
+@pytest.mark.parametrize(
+    ("text", "gpus", "words"),
+    [
+        ("[training]\nlocal_batch_sise = 1", 8, "[training]: did you mean local_batch_size?"),
+        ("[paralelism]\ntensor_parallel_degree = 1", 8, "job config: did you mean parallelism?"),
+        ("[checkpoint]\nasyncmode = 'disabled'", 8, "[checkpoint]: did you mean async_mode?"),
+        ('[model]\nflavor = "8b"', 8, "70B, 405B: did you mean 8B?"),
+        ('[model]\nname = "Llama3"', 8, "qwen3: did you mean llama3?"),
+        ('[activation_checkpoint]\nmode = "Selective"', 8, "selective or full: did you mean selective?"),
+        ("[quantize.linear.float8]\nfilter_fqn = []", 8, "did you mean filter_fqns?"),
+        # the -1 shard degree's divisor is said as torchtitan's degrees multiply it (parallel_dims.py)
+        ("[parallelism]\npipeline_parallel_degree = 3", 64, "do not divide by replicate·tp·pp·cp = 1·1·3·1 = 3"),
+    ],
+)  # fmt: skip
+def test_a_near_miss_says_what_was_meant(text: str, gpus: int, words: str) -> None:
+    """A key, section, name or word a letter or a case off torchtitan's says the one it is near (qa27)."""
+    with pytest.raises(InputError) as err:
+        import_torchtitan(text, gpus, "h100-80gb", "job.toml")
+    assert words in err.value.problem, err.value.line()
+
+
 def test_bad_input_to_the_command_is_one_line_exit_2_and_nothing_written(tmp_path: Path, capsys) -> None:
     job = tmp_path / "job.toml"
     job.write_text("[parallelism]\ntensor_parallel_degree = 3\n")

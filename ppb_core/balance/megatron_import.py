@@ -726,7 +726,7 @@ def _release(release: Mapping[str, str] | None, where: str) -> FrameworkRelease:
     try:
         return FrameworkRelease(**(release or {}))
     except ValidationError as err:
-        found = pydantic_error(err, where)
+        found = pydantic_error(err, where, FrameworkRelease)
         raise InputError(where, f"framework_release.{found.field}", found.problem) from None
 
 
@@ -1060,6 +1060,8 @@ def _timing(args: _Args, notes: list[str]) -> dict[str, Any]:
         timing["calculate_per_token_loss"] = True
     if average:
         timing["ddp_average_in_collective"] = True
+    if args.has("--no-overlap-p2p-communication"):  # arguments.py store_false: the interleaved blocking calls
+        timing["overlap_p2p_comm"] = False
     if args.has("--overlap-p2p-communication-warmup-flush"):  # model_parallel_config.py, read when interleaved
         if args.has("--no-overlap-p2p-communication"):  # batch_p2p_comm then: model_parallel_config.py raises
             said = "needs overlap_p2p_comm, which --no-overlap-p2p-communication turns off (Megatron-Core refuses it)"

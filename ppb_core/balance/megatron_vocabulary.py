@@ -106,7 +106,7 @@ MODELLED = frozenset(
         "--no-masked-softmax-fusion", "--attention-softmax-in-fp32", "--apply-query-key-layer-scaling",
         "--fp8-recipe", "--fine-grained-activation-offloading", "--offload-modules", "--min-offloaded-tensor-size",
         "--cpu-offloading-num-layers", "--quick-geglu", "--window-size", "--window-attn-skip-freq", "--softmax-type",
-        "--activation-func-clamp-value", "--no-bias-dropout-fusion",
+        "--activation-func-clamp-value", "--no-bias-dropout-fusion", "--no-overlap-p2p-communication",
     }
 )  # fmt: skip
 # Model kinds pretrain_gpt.py builds that ppb does not: refused, with what they are.
@@ -142,6 +142,7 @@ FIELD_FLAGS = {
     "parallel.overlap_moe_expert_parallel_comm": "--overlap-moe-expert-parallel-comm",
     "parallel.microbatch_group_size_per_vp_stage": "--microbatch-group-size-per-virtual-pipeline-stage",
     "timing.overlap_p2p_comm_warmup_flush": "--overlap-p2p-communication-warmup-flush",
+    "timing.overlap_p2p_comm": "--no-overlap-p2p-communication",
     "timing.te_attention_backend": "--attention-backend",
     "training.seq_length": "--seq-length",
     "training.micro_batches": "--global-batch-size",

@@ -33,7 +33,7 @@ from typing import Any
 from ppb_core.balance.megatron_import import Imported
 from ppb_core.balance.torchtitan_flavors import MODELS, model_spec
 from ppb_core.config.run import RunConfig, parse_run_config
-from ppb_core.errors import InputError, shown
+from ppb_core.errors import InputError, did_you_mean, shown
 
 RELEASE = "torchtitan v0.2.2"
 # The TOML key that sets each run-config field a check may refuse.
@@ -146,7 +146,8 @@ class _Toml:
         given = self.table(name)
         for key in given:
             if key not in keys:
-                raise InputError(self.where, f"{name}.{key}", f"is not a key of {RELEASE}'s [{name}]")
+                hint = did_you_mean(key, keys)
+                raise InputError(self.where, f"{name}.{key}", f"is not a key of {RELEASE}'s [{name}]{hint}")
         return {**keys, **given}
 
     def table(self, *path: str) -> dict[str, Any]:
@@ -193,13 +194,15 @@ def import_torchtitan(text: str, gpus: int | None, device: str, where: str = "<j
             raise InputError(
                 where,
                 section,
-                f"is not a section of {RELEASE}'s job config (a custom module's: set job.custom_config_module)",
+                f"is not a section of {RELEASE}'s job config{did_you_mean(section, [*_READ, *NO_BEARING])} "
+                "(a custom module's: set job.custom_config_module)",
             )
         notes.append(f"[{section}]: job.custom_config_module's section, not read by ppb (priced as if absent)")
     for section, keys in OTHER_KEYS.items():
         for key in toml.table(section):
             if key not in keys and not custom:  # a custom module may add keys to a section too
-                raise InputError(where, f"{section}.{key}", f"is not a key of {RELEASE}'s [{section}]")
+                hint = did_you_mean(key, keys)
+                raise InputError(where, f"{section}.{key}", f"is not a key of {RELEASE}'s [{section}]{hint}")
     model = toml.section("model", MODEL_KEYS)
     training = toml.section("training", TRAINING_KEYS)
     seq = toml.integer(training, "training", "seq_len")
@@ -237,9 +240,15 @@ def _model(toml: _Toml, model: dict[str, Any], seq: int, notes: list[str]) -> di
     where = toml.where
     name, flavor = toml.text(model, "model", "name"), toml.text(model, "model", "flavor")
     if name not in MODELS:
-        raise InputError(where, "model.name", f"{shown(name)}: ppb imports {', '.join(MODELS)}")
+        raise InputError(
+            where, "model.name", f"{shown(name)}: ppb imports {', '.join(MODELS)}{did_you_mean(name, MODELS)}"
+        )
     if flavor not in MODELS[name]:
-        raise InputError(where, "model.flavor", f"{shown(flavor)} is none of {name}'s: {', '.join(MODELS[name])}")
+        raise InputError(
+            where,
+            "model.flavor",
+            f"{shown(flavor)} is none of {name}'s: {', '.join(MODELS[name])}{did_you_mean(flavor, MODELS[name])}",
+        )
     spec, attn = model_spec(name, flavor, seq)
     if attn != "sdpa":  # llama3/model/model.py: FlexAttention or varlen, block-causal over documents
         notes.append(f"model.flavor {flavor}: {attn} attention with a block-causal mask, priced as causal flash")
@@ -265,7 +274,9 @@ def _parallel(toml: _Toml, spec: dict[str, Any], gpus: int | None, notes: list[s
             raise InputError(where, "parallelism.data_parallel_shard_degree", "-1 takes the ranks left: give --gpus N")
         if gpus % others:
             raise InputError(
-                where, "parallelism.data_parallel_shard_degree", f"-1: {gpus} GPUs do not divide by {others}"
+                where,
+                "parallelism.data_parallel_shard_degree",
+                f"-1: {gpus} GPUs do not divide by replicate·tp·pp·cp = {replicate}·{tp}·{pp}·{cp} = {others}",
             )
         shard = gpus // others
     world = shard * others
@@ -480,7 +491,8 @@ def _recompute(toml: _Toml, notes: list[str]) -> dict[str, Any]:
             toml.where, "activation_checkpoint.mode", "memory_budget (the compiler's min-cut) ppb cannot price"
         )
     if mode not in ("none", "full", "selective"):
-        raise InputError(toml.where, "activation_checkpoint.mode", f"{shown(mode)}: none, selective or full")
+        hint = did_you_mean(mode, ("none", "selective", "full"))
+        raise InputError(toml.where, "activation_checkpoint.mode", f"{shown(mode)}: none, selective or full{hint}")
     # early_stop (job_config.py, default false): the recompute stops once every saved tensor is back;
     # ppb then does not replay a dense block's last matmul and residual add (`flops.early_stop_tail`)
     if not isinstance(ac["early_stop"], bool):
@@ -561,7 +573,8 @@ def _check_quantize(toml: _Toml) -> None:
             for key in toml.table("quantize", kind, converter):
                 if key not in QUANTIZE_KEYS[kind][converter]:
                     where = f"quantize.{kind}.{converter}"
-                    raise InputError(toml.where, f"{where}.{key}", f"is not a key of {RELEASE}'s [{where}]")
+                    hint = did_you_mean(key, QUANTIZE_KEYS[kind][converter])
+                    raise InputError(toml.where, f"{where}.{key}", f"is not a key of {RELEASE}'s [{where}]{hint}")
 
 
 def _float8(toml: _Toml, timing: dict[str, Any], experts: bool, notes: list[str]) -> None:

@@ -52,6 +52,7 @@ def from_torchtitan(problem: BalanceInput, path: Path, run: RunConfig | None) ->
     _same_schedule(parallelism, problem, where)
     said = _recompute(toml, [])
     if run is not None:
+        _same_degrees(toml, parallelism, run)
         _same_batch(toml, run, problem.micro_batches)
         if said.get("option") == "op" and run.training.recompute != TorchtitanRecompute(**said):
             # ppb's SLCT is the run's own selective switches: the op policy priced only when the run says it
@@ -91,6 +92,36 @@ def _same_schedule(parallelism: dict, problem: BalanceInput, where: str) -> None
         raise InputError(
             where, key, f"{named}{said} runs {SCHEDULES[named]}; the run config prices {problem.schedule_name}"
         )
+
+
+# [parallelism] degrees (job_config.py `Parallelism`, v0.2.2) and the run config's field each is
+_DEGREES = (
+    ("tensor_parallel_degree", "tp"),
+    ("context_parallel_degree", "cp"),
+    ("expert_parallel_degree", "ep"),
+)
+
+
+def _same_degrees(toml: _Toml, parallelism: dict, run: RunConfig) -> None:
+    """Refuse a stated degree other than the run config's, as a Megatron script's `--tensor-model-parallel-size`
+    is: a whole job TOML of tp 2 was checked at the run's tp 1 without a word. Where stated only (the lines
+    `ppb balance` prints state none of them); the data-parallel degrees where both are, as their product."""
+    par = run.parallel
+    for key, name in _DEGREES:
+        if key in parallelism and (value := toml.integer(parallelism, "parallelism", key)) != getattr(par, name):
+            raise InputError(
+                toml.where, f"parallelism.{key}", f"{value}; the run config has {name} {getattr(par, name)}"
+            )
+    shard, replicate = "data_parallel_shard_degree", "data_parallel_replicate_degree"
+    if shard in parallelism and replicate in parallelism and parallelism[shard] != -1:
+        product = toml.integer(parallelism, "parallelism", shard) * toml.integer(parallelism, "parallelism", replicate)
+        if product != par.dp:
+            raise InputError(
+                toml.where,
+                f"parallelism.{shard}",
+                f"{parallelism[shard]} × {replicate} {parallelism[replicate]} = {product} data-parallel ranks; the "
+                f"run config has dp {par.dp}",
+            )
 
 
 def _same_batch(toml: _Toml, run: RunConfig, micro_batches: int) -> None:

@@ -15,6 +15,7 @@ Two forms, both what the balancer prints (and what users write today by hand):
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 from typing import Any
 
@@ -242,6 +243,21 @@ _PARALLEL_SIZES = (
 )
 
 
+# MindFormers' model_config words for the model's sizes (LlamaConfig's and the Hugging Face ones of its newer
+# configs) and the run config's size each states
+_MODEL_SIZES = (
+    ("num_layers", "num_layers"),
+    ("num_hidden_layers", "num_layers"),
+    ("hidden_size", "hidden_size"),
+    ("num_heads", "num_attention_heads"),
+    ("num_attention_heads", "num_attention_heads"),
+    ("n_kv_heads", "num_key_value_heads"),
+    ("num_key_value_heads", "num_key_value_heads"),
+    ("vocab_size", "vocab_size"),
+    ("seq_length", "seq_length"),
+)
+
+
 def _check_sizes(document: dict[str, Any], problem: BalanceInput, run: RunConfig | None, where: str) -> None:
     """The sizes a MindFormers yaml states are the run config's, as Megatron flags' must be
     (`megatron_run.check_against_run`): a yaml of 3 interleaved chunks or another micro-batch count
@@ -262,13 +278,26 @@ def _check_sizes(document: dict[str, Any], problem: BalanceInput, run: RunConfig
             (f"parallel_config.{key}", parallel.get(key), name, getattr(run.parallel, name))
             for key, name in _PARALLEL_SIZES
         ]
+        if run.parallel.tp > 1:  # MindFormers' sequence parallelism splits along model_parallel: none at 1
+            said = parallel.get("use_seq_parallel")
+            sp = run.parallel.sequence_parallel
+            stated.append(("parallel_config.use_seq_parallel", said, "sequence_parallel", sp))
         spec = run.specs[run.models[0].name]
         if len(run.models) == 1 and isinstance(spec, ModelSpec) and isinstance(model_config, dict):
-            # MindFormers' model_config.num_layers: the decoder's layers (mindformers/models/llama/
-            # llama_config.py `LlamaConfig`, commit fd4deebc), as Megatron-LM's --num-layers is refused
-            stated.append(
-                ("model.model_config.num_layers", model_config.get("num_layers"), "num_layers", spec.num_layers)
-            )
+            # MindFormers' model_config sizes, as Megatron-LM's --num-layers to --seq-length are refused: the
+            # LlamaConfig words (mindformers/models/llama/llama_config.py, commit fd4deebc) and the Hugging Face
+            # words of its newer configs (configs/qwen3/pretrain_qwen3_32b_4k.yaml, configuration_qwen3.py at
+            # b18b9a6a4: `num_hidden_layers: 64`, which was checked at the run's layers without a word)
+            sizes = {
+                "num_layers": spec.num_layers,
+                "hidden_size": spec.hidden_size,
+                "num_attention_heads": spec.num_attention_heads,
+                "num_key_value_heads": spec.num_key_value_heads or spec.num_attention_heads,
+                "vocab_size": spec.vocab_size,
+                "seq_length": run.training.seq_length,
+            }
+            for key, name in _MODEL_SIZES:
+                stated.append((f"model.model_config.{key}", model_config.get(key), name, sizes[name]))
     for field, value, name, expected in stated:
         if value is not None and value != expected:
             raise InputError(
@@ -276,8 +305,36 @@ def _check_sizes(document: dict[str, Any], problem: BalanceInput, run: RunConfig
                 field,
                 f"{shown(value)}, the run config has {name} {expected}: ppb checks the plan at the run's sizes",
             )
+    if run is not None:
+        _check_device_memory(document, problem, where)
     if run is not None and run.framework == "mindformers":
         _check_optimizer_parallel(document, run, where)
+
+
+# MindSpore's "xxGB" memory sizes: GiB (mindspore/ccsrc/backend/common/mem_reuse/mem_dynamic_allocator.cc
+# `kGBToByte = 1024 << 20`), a number before "GB"
+_GIB = re.compile(r"(\d+(?:\.\d+)?)GB")
+
+
+def _check_device_memory(document: dict[str, Any], problem: BalanceInput, where: str) -> None:
+    """A MindFormers yaml's `context.max_device_memory` caps MindSpore's memory pool (the API docs'
+    `mindspore.runtime.set_memory` max_size: the memory used is the least of the device's and it): a plan
+    checked against more than it, the run config's usable memory, fits in ppb and not in MindSpore."""
+    context = document.get("context")
+    if not isinstance(context, dict) or context.get("max_device_memory") is None:
+        return
+    given = context["max_device_memory"]
+    found = _GIB.fullmatch(given.strip()) if isinstance(given, str) else None
+    if found is None:
+        raise InputError(where, "context.max_device_memory", f"{shown(given)} is not MindSpore's size, e.g. '58GB'")
+    cap_mb = float(found[1]) * 1024
+    if cap_mb < problem.memory_mb:
+        raise InputError(
+            where,
+            "context.max_device_memory",
+            f"{shown(given)} ({cap_mb:,.0f} MB), under the run config's {problem.memory_mb:,.0f} MB usable: ppb checks "
+            f"the plan at the run's memory (give device.reserved_mb {problem.memory_mb - cap_mb:,.0f} more)",
+        )
 
 
 def _check_optimizer_parallel(document: dict[str, Any], run: RunConfig, where: str) -> None:

@@ -36,7 +36,7 @@ from ppb_core.cli.calibrations import print_memory_calibration, print_time_calib
 from ppb_core.cli.console import progress_hook, table_console, warn_if_clock_stopped
 from ppb_core.errors import InputError, shown
 from ppb_core.estimate.inputs import load_run
-from ppb_core.estimate.plan import iteration_price, plan_overrun_mb, speedup_words, time_unit_s
+from ppb_core.estimate.plan import iteration_price, plan_overrun_mb, speedup_words, time_unit_s, with_stage_peaks
 from ppb_core.estimate.seconds import plan_in_seconds
 from ppb_core.io import atomic_write_text, check_output
 from ppb_core.payload.run import describe_run
@@ -221,6 +221,7 @@ def run(args: argparse.Namespace) -> int:
     if run_config is not None:
         add_torchtitan(result, run_config)  # a torchtitan run's job TOML lines
         result = plan_in_seconds(run_config, result)  # every time in seconds, the plan's iteration priced
+        result = with_stage_peaks(run_config, result)  # each stage's peak as `ppb check` prices the plan
         result.update(applied_calibrations(run_config))  # which measured files priced the plan, and their fit
     text = json.dumps(result, indent=2)
     if result["status"] == "infeasible":
@@ -353,9 +354,13 @@ def render(result: dict[str, Any], solve_s: float) -> None:
 
     time_name = "time ms" if in_s else "time"
     if "stages" in result:
+        # from a run config each stage's peak as `ppb check` prices the plan (`with_stage_peaks`), the moment
+        # that sets it beside; from a layers.json the balancer's own MB, all there is
+        peaks = all("peak_mb" in row for row in result["stages"])
         table = Table(title="stages")
-        for name in ("stage", "layers", "per chunk", "options", "memory MB", time_name, "bubble"):
-            table.add_column(name, justify="right" if name not in ("options", "per chunk") else "left")
+        columns = ("stage", "layers", "per chunk", "options", "peak MB" if peaks else "memory MB")
+        for name in (*columns, *(("moment",) if peaks else ()), time_name, "bubble"):
+            table.add_column(name, justify="right" if name not in ("options", "per chunk", "moment") else "left")
         for row in result["stages"]:
             options = " ".join(f"{k}:{v}" for k, v in row["options"].items() if v)
             table.add_row(
@@ -363,7 +368,8 @@ def render(result: dict[str, Any], solve_s: float) -> None:
                 str(row["layers"]),
                 str(row["layers_per_chunk"]),
                 options,
-                f"{row['memory_mb']:,.0f}",
+                f"{row['peak_mb'] if peaks else row['memory_mb']:,.0f}",
+                *((row["moment"],) if peaks else ()),
                 timed(time_of(row, "time")),
                 f"{row['bubble']:.1%}",
             )
@@ -384,18 +390,23 @@ def render(result: dict[str, Any], solve_s: float) -> None:
                 f"  (cell {', '.join(empty)} holds no layer, as Megatron-Core runs it; MindFormers places layers "
                 "only, and needs one in every cell)"
             )
-        # a torchtitan run's plan is said in its job TOML lines below, not as Megatron-LM flags
-        for line in [] if given.get("framework") == "torchtitan" else megatron_lines(result["megatron"]):
+        # a torchtitan run's plan is said in its job TOML lines below, a MindFormers run config's in the yaml
+        # lines above, not as Megatron-LM flags (a layers.json's, whoever wrote it, says them all)
+        others = given.get("framework") == "torchtitan" or (in_s and given.get("framework") == "mindformers")
+        for line in [] if others else megatron_lines(result["megatron"]):
             console.print(escape(line), soft_wrap=True)
         for line in torchtitan_lines(result.get("torchtitan") or {}):
             console.print(escape(line), soft_wrap=True)
         ties = result.get("ties")
         if ties:
+            # the room the memory model leaves on the fullest stage where it priced them, else the balancer's
+            fullest = max(row["peak_mb"] for row in result["stages"]) if peaks else None
+            free = ties["headroom_mb"] if fullest is None else given["memory_mb"] - fullest
             console.print(
                 f"among equally fast plans: recompute time {seconds(time_of(ties, 'recompute_time'))}, "
                 f"{counted(ties['recomputed_layers'], 'layer')} recomputed, "
                 f"{counted(ties['stages_mixing_options'], 'stage')} mixing options, "
-                f"{ties['headroom_mb']:,.0f} MB free on the fullest stage"
+                f"{free:,.0f} MB free on the fullest stage"
             )
         closed = result["closed_form"]
         unit = " s of layers" if in_s else ""
@@ -410,7 +421,7 @@ def render(result: dict[str, Any], solve_s: float) -> None:
         table.add_row(
             row["option"],
             "yes" if row["feasible"] else "no",
-            f"{row['peak_memory_mb']:,.0f}",
+            f"{row.get('peak_mb', row['peak_memory_mb']):,.0f}",  # the memory model's, where `with_stage_peaks` gave it
             timed(time_of(row, "iteration_time"), 1),
         )
     console.print(table)

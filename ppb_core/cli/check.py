@@ -94,8 +94,9 @@ def check(args: argparse.Namespace) -> dict[str, Any]:
                 "select_comm_recompute": result["select_comm_recompute"],
                 "megatron": result["megatron"].get("flags"),
                 "megatron_flags_of": result["megatron"].get("flags_of"),
-                # a torchtitan run's plan is said in its job TOML lines, not as Megatron-LM flags
-                "megatron_lines": [] if run.framework == "torchtitan" else megatron_lines(result["megatron"]),
+                # a torchtitan run's plan is said in its job TOML lines, a MindFormers run's in its yaml's
+                # offset and recompute lists above, not as Megatron-LM flags
+                "megatron_lines": [] if run.framework != "megatron" else megatron_lines(result["megatron"]),
                 **(
                     {"torchtitan": result["torchtitan"], "torchtitan_lines": torchtitan_lines(result["torchtitan"])}
                     if "torchtitan" in result

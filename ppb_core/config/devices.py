@@ -25,7 +25,9 @@ Achieved fractions are measured, not datasheet figures:
   without the causal mask (Shah et al. 2024, Fig. 5 and 6): forward 595 TFLOPS/s (0.602 of 989),
   backward 516 (0.522). (FlashAttention-3 itself: 648 and 561. Its "up to 740 TFLOPs/s" is head
   size 256; our head-size law does not raise 128's level, so 0.75 overstated every 128 head.)
-  PyTorch SDPA's FlashAttention-2 in the same figures: 370 and 322 (0.374, 0.326). B200: cuDNN
+  FlashAttention-2 (flash-attn 2, Dao-AILab's) in the same figures: 370 and 322 (0.374, 0.326); PyTorch
+  SDPA's flash backend, aten's copy of its kernels, forward at `sdpa_flash2_forward_ratio` of it where the
+  two were timed on one GPU (H100: 0.938; 1 elsewhere, unmeasured; backward unmeasured). B200: cuDNN
   9.22 on a GB200 in NVIDIA's cudnn-frontend benchmark (1697 and 1374 at head size 128, 16k, no
   mask), scaled by the two parts' MAMF: 0.722 and 0.585; its FlashAttention-2 and head-size-64
   figures at H100's. Ascend 910B: CANN's FlashAttentionScore forward as measured on a 910B2 (the
@@ -197,6 +199,16 @@ LAYER_GEMM_SHARE_A100 = round(257.0 / 265.2, 3)  # 0.969
 # measured, 17.94 priced at `LAYER_GEMM_SHARE_BLACKWELL`; tests/test_timing_blackwell_layer_gemms.py): its
 # 1200 W is not taken to keep its clock where a B200's drops (no back-to-back attention loop on a GB200).
 ATTENTION_BACK_TO_BACK_SHARE_B200 = round(1237 / 1450, 3)  # 0.853
+# PyTorch SDPA's flash backend (aten's own copy of flash-attn 2's kernels, torchtitan's attention until it
+# selected cuDNN) against flash-attn 2 itself, forward, on one H100, one run (`sdpa_flash2_forward_ratio`):
+# pytorch/benchmark pull request #2443 (Aug 2024) times tritonbench's flash_attention operator
+# (torchbenchmark/operators/flash_attention/operator.py: `sdpa` under sdpa_kernel([SDPBackend.FLASH_ATTENTION]),
+# `flash_v2` flash-attn's flash_attn_qkvpacked_func; BF16, 16 heads of 128, 16k tokens a batch, no mask, the
+# FlashAttention-3 paper's setup), ms at 512 ... 16k: SDPA 0.245, 0.443, 0.846, 1.656, 3.279, 6.551; flash-attn 2
+# 0.237, 0.420, 0.799, 1.559, 3.087, 6.142. At the catalog's reference length, 16k: 6.142 / 6.551 = 0.938 (336
+# against 358 TFLOP/s); 0.941-0.947 from 1k to 8k. The catalog's FlashAttention-2 levels are flash-attn 2's (the
+# FlashAttention-3 paper's series); no such pair is public for the backward (left at flash-attn 2's).
+SDPA_FLASH2_FORWARD_RATIO = round(6.142 / 6.551, 3)  # 0.938
 
 
 @dataclass(frozen=True)
@@ -213,9 +225,12 @@ class DeviceProfile:
     # FlashAttention-3, Fig. 5c and 6b): 595 and 516 of 989 TFLOPS/s.
     attention_forward_efficiency: float = 0.602
     attention_backward_efficiency: float = 0.522
-    # FlashAttention-2 (PyTorch's SDPA flash backend) in the same figures: 370 and 322 TFLOPS/s.
+    # FlashAttention-2 (flash-attn 2) in the same figures: 370 and 322 TFLOPS/s.
     flash2_forward_efficiency: float = 0.374
     flash2_backward_efficiency: float = 0.326
+    # PyTorch SDPA's FlashAttention-2 forward over flash-attn 2's on the same GPU (`SDPA_FLASH2_FORWARD_RATIO`,
+    # measured on an H100; the parts that take H100's FlashAttention-2 figures take it too); 1: not measured.
+    sdpa_flash2_forward_ratio: float = SDPA_FLASH2_FORWARD_RATIO
     # Head size 64's rate over head size 128's, where measured (0: the generic law of
     # `ppb_core.timing.kernels`, d/(d+16)). The same figures at head size 64, 16k tokens, no mask
     # (Shah et al. 2024, Fig. 5a and 6a): cuDNN forward 413 and backward 433 TFLOPS/s against 595 and
@@ -394,6 +409,7 @@ DEVICE_CATALOG: dict[str, DeviceProfile] = {
         attention_backward_efficiency=0.57,
         flash2_forward_efficiency=0.73,
         flash2_backward_efficiency=0.57,
+        sdpa_flash2_forward_ratio=1.0,  # not measured
         # no measured head-size-64 rates on A100: the generic law
         attention_head64_forward=0.0,
         attention_head64_backward=0.0,
@@ -683,6 +699,7 @@ DEVICE_CATALOG: dict[str, DeviceProfile] = {
         attention_backward_efficiency=ASCEND_FLASH_BACKWARD,
         flash2_forward_efficiency=ASCEND_FLASH_FORWARD,
         flash2_backward_efficiency=ASCEND_FLASH_BACKWARD,
+        sdpa_flash2_forward_ratio=1.0,  # not measured
         attention_head64_forward=0.0,
         attention_head64_backward=0.0,
         flash2_head64_forward=0.0,

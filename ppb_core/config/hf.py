@@ -22,7 +22,7 @@ from pydantic import ValidationError
 
 from ppb_core import limits
 from ppb_core.config.spec import ModelSpec
-from ppb_core.errors import InputError, misspelt, shown
+from ppb_core.errors import InputError, did_you_mean, misspelt, shown
 from ppb_core.io import read_json
 
 SUPPORTED = (
@@ -283,6 +283,21 @@ class _Fields:
             raise InputError(self.source, name, f"unsupported activation {shown(value)}")
         return _ACTIVATIONS[value]
 
+    def gated_activation(self, name: str) -> str:
+        """The activation of a gated MLP: transformers' Llama, Mistral, Qwen2/3, Mixtral, Qwen-MoE and DeepSeek-V3
+        MLPs (and experts) all gate whatever `hidden_act` names (modeling_llama.py `LlamaMLP.forward`:
+        `down_proj(act_fn(gate_proj(x)) * up_proj(x))`), so only silu, SwiGLU, is the MLP ppb prices; `gelu`
+        there was priced as an ungated GELU MLP, two matrices of the three (Qwen3-8B: 5 GB less a stage)."""
+        if self.activation(name) != "swiglu":
+            value = self.need(name, str)
+            raise InputError(
+                self.source,
+                name,
+                f"{shown(value)}: this model's MLP gates it (down(act(gate(x)) * up(x))), which ppb prices for silu "
+                "(SwiGLU) only",
+            )
+        return "swiglu"
+
 
 def _llama_like(f: _Fields, family: str) -> dict[str, Any]:
     """Llama, Mistral, Qwen2 and Qwen3: RMSNorm, rotary positions, gated MLP, GQA."""
@@ -295,7 +310,7 @@ def _llama_like(f: _Fields, family: str) -> dict[str, Any]:
         "num_key_value_heads": f.get("num_key_value_heads", None),
         "head_dim": f.get("head_dim", None),
         "intermediate_size": f.need("intermediate_size"),
-        "activation": f.activation("hidden_act"),
+        "activation": f.gated_activation("hidden_act"),
         "tied_embeddings": f.get("tie_word_embeddings", False, bool),
         "max_position_embeddings": f.need("max_position_embeddings"),
         "attention_dropout": f.get("attention_dropout", 0.0, float),
@@ -356,7 +371,7 @@ def _deepseek_v3(f: _Fields) -> dict[str, Any]:
         "num_attention_heads": f.need("num_attention_heads"),
         "num_key_value_heads": f.get("num_key_value_heads", None),
         "intermediate_size": f.need("intermediate_size"),
-        "activation": f.activation("hidden_act"),
+        "activation": f.gated_activation("hidden_act"),
         "tied_embeddings": f.get("tie_word_embeddings", False, bool),
         "max_position_embeddings": f.need("max_position_embeddings"),
         "attention_dropout": f.get("attention_dropout", 0.0, float),
@@ -655,7 +670,9 @@ def spec_from_hf(raw: Mapping[str, Any], source: str = "config.json") -> ModelSp
     model_type = raw.get("model_type")
     if not isinstance(model_type, str) or model_type not in _READERS:
         supported = ", ".join(SUPPORTED)
-        raise InputError(source, "model_type", f"{shown(model_type)} is not supported (supported: {supported})")
+        # transformers' AutoConfig matches model_type exactly ("Unrecognized model" for `Qwen3`): said, not guessed
+        hint = did_you_mean(model_type, SUPPORTED) if isinstance(model_type, str) else ""
+        raise InputError(source, "model_type", f"{shown(model_type)} is not supported (supported: {supported}){hint}")
     fields = _Fields(raw, source, model_type)
     _check_values(fields, model_type)
     read = _READERS[model_type](fields)

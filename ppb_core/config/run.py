@@ -13,10 +13,11 @@ import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, get_args
 
 from pydantic import (
     AfterValidator,
+    BaseModel,
     Discriminator,
     Field,
     NonNegativeFloat,
@@ -56,7 +57,7 @@ from ppb_core.config.releases import (
 )
 from ppb_core.config.spec import ModelSpec, StrictModel, VisionSpec
 from ppb_core.config.vision import QWEN_MAX_PIXELS, QWEN_MIN_PIXELS, VisionSequence, vision_sequence
-from ppb_core.errors import InputError, misspelt, shown
+from ppb_core.errors import InputError, meant, misspelt, shown
 from ppb_core.io import decode, parse_yaml, read_bytes, read_json, read_yaml
 from ppb_core.schedules import check as check_schedule
 from ppb_core.units import counted
@@ -535,6 +536,17 @@ class Training(StrictModel):
         return self.optimizer_state_bytes or OPTIMIZER_STATE_BYTES[self.optimizer]
 
 
+def unknown_device(name: str) -> str:
+    """The words for a device name not in the catalog: the one meant, where one is near (`B300`: b300; `h100`, the
+    start of one name only: h100-80gb), and the catalog."""
+    near = meant(name, DEVICE_CATALOG)
+    starting = [known for known in DEVICE_CATALOG if known.startswith(name.lower())] if len(name) >= 3 else []
+    if near is None and len(starting) == 1:
+        near = starting[0]
+    hint = f"did you mean {near}? " if near else ""
+    return f"unknown device {shown(name)}: {hint}(catalog: {', '.join(DEVICE_CATALOG)})"
+
+
 class Device(StrictModel):
     """A catalog device, any figure of which the run config may override."""
 
@@ -569,6 +581,9 @@ class Device(StrictModel):
     attention_backward_efficiency: Efficiency | None = None
     flash2_forward_efficiency: Efficiency | None = None
     flash2_backward_efficiency: Efficiency | None = None
+    sdpa_flash2_forward_ratio: Efficiency | None = Field(
+        None, description="PyTorch SDPA's FlashAttention-2 forward over flash-attn 2's on this GPU (1: as fast)"
+    )
     # head size 64's flash-attention rate over head size 128's (0: the generic head-size law)
     attention_head64_forward: ZeroOrEfficiency | None = None
     attention_head64_backward: ZeroOrEfficiency | None = None
@@ -604,12 +619,27 @@ class Device(StrictModel):
         None, description="pinned host-to-device copies, GB/s, what offloaded activations reload at (0: not priced)"
     )
 
+    @field_validator("memory_mb")
+    @classmethod
+    def _in_mb(cls, memory_mb: int | None) -> int | None:
+        if memory_mb is not None and memory_mb < limits.DEVICE_MEMORY_MIN_MB:
+            raise ValueError(
+                f"{memory_mb:,} MB is less than any accelerator's memory (ppb_core/limits.py): memory_mb is in MB "
+                f"of 2**20 bytes ({memory_mb} GiB would be {memory_mb * 1024:,})"
+            )
+        return memory_mb
+
+    @field_validator("name")
+    @classmethod
+    def _in_catalog(cls, name: str | None) -> str | None:
+        if name is not None and name not in DEVICE_CATALOG:
+            raise ValueError(unknown_device(name))
+        return name
+
     @model_validator(mode="after")
     def _known(self) -> Device:
         if self.name is None and self.memory_mb is None:
             raise ValueError("give a catalog name or memory_mb")
-        if self.name is not None and self.name not in DEVICE_CATALOG:
-            raise ValueError(f"unknown device {shown(self.name)} (catalog: {', '.join(DEVICE_CATALOG)})")
         return self
 
     def profile(self) -> DeviceProfile:
@@ -995,6 +1025,13 @@ class TimingOptions(StrictModel):
         "after it; core_v0.18 (and d98e8a64) a forward's send before the next op, a backward's after the next "
         "backward (ppb_core.pipeline_p2p)",
     )
+    overlap_p2p_comm: bool = Field(
+        True,
+        description="Megatron's --overlap-p2p-communication (on by default with virtual stages); false "
+        "(--no-overlap-p2p-communication, and Megatron-LM of 2022, before the flag): the interleaved schedule's "
+        "sends and receives in one blocking call after each warm-up forward, each steady forward-backward pair "
+        "and each cool-down backward (ppb_core.pipeline_p2p, megatron_batched)",
+    )
     overlap_p2p_comm_warmup_flush: bool = Field(
         False,
         description="Megatron's --overlap-p2p-communication-warmup-flush: the interleaved schedule's warm-up and "
@@ -1357,18 +1394,49 @@ def _misspelling(errors: list[Any]) -> tuple[Any, str] | None:
     return None
 
 
-def pydantic_error(err: ValidationError, source: str) -> InputError:
+def _models_in(annotation: Any) -> list[type[BaseModel]]:
+    """The pydantic models a field's annotation holds: itself, or inside Optional, Annotated, a union or a list."""
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return [annotation]
+    return [model for arg in get_args(annotation) for model in _models_in(arg)]
+
+
+def _fields_at(model: type[BaseModel] | None, loc: tuple[Any, ...]) -> list[str]:
+    """The field names (and aliases) the models at pydantic's error location *loc* take, *model* its top: what an
+    unknown key there may have meant. Parts that name no field (a list index, a union's tag, a validator) are
+    passed over."""
+    models = [] if model is None else [model]
+    for part in loc:
+        inner = [
+            found
+            for held in models
+            if isinstance(part, str) and part in held.model_fields
+            for found in _models_in(held.model_fields[part].annotation)
+        ]
+        models = inner if inner or any(isinstance(part, str) and part in m.model_fields for m in models) else models
+    names: list[str] = []
+    for held in models:
+        for name, info in held.model_fields.items():
+            names += [name] if info.alias is None else [name, info.alias]
+    return names
+
+
+def pydantic_error(err: ValidationError, source: str, model: type[BaseModel] | None = None) -> InputError:
+    """Pydantic's first error as one line naming the field; an unknown key says the field of *model* (the
+    validated class, where given) it most likely meant (`errors.meant`)."""
     errors = err.errors()
-    first, meant = errors[0], None
+    first, wanted = errors[0], None
     typo = _misspelling(errors)
     if typo is not None:
-        first, meant = typo
+        first, wanted = typo
     loc = first["loc"]
     parts = [p for i, p in enumerate(loc) if _is_field(p, loc[i - 1] if i else None)]
     where = ".".join(str(p) for p in parts) or None
     kind = first["type"]
+    if kind == "extra_forbidden" and wanted is None and loc and isinstance(loc[-1], str):
+        wanted = meant(loc[-1], _fields_at(model, loc[:-1]))
     if kind == "extra_forbidden":
-        problem = "unknown field" + (f": did you mean {meant}?" if meant else "")
+        problem = "unknown field" + (f": did you mean {wanted}?" if wanted else "")
     elif kind == "missing":
         problem = "missing, and required"
     else:
@@ -1562,6 +1630,7 @@ MEGATRON_TIMING = frozenset(
         "te_attention_backend",
         "cuda_graph_warmup_steps",
         "overlap_p2p_comm_warmup_flush",
+        "overlap_p2p_comm",
     }
 )
 
@@ -1848,6 +1917,11 @@ def _check_run(run: RunConfig, where: str) -> None:
         # batch_p2p_comm = True (argument_utils.py), and model_parallel_config.py `__post_init__` then raises
         # ("only compatible with overlap_p2p_comm but not batch_p2p_comm"; d98e8a64)
         said = f"needs the interleaved schedule (vpp > 1), as Megatron-Core asserts; this run's is {par.schedule}"
+        raise InputError(where, "timing.overlap_p2p_comm_warmup_flush", said)
+    if run.timing.overlap_p2p_comm_warmup_flush and not run.timing.overlap_p2p_comm:
+        # model_parallel_config.py `__post_init__` (d98e8a64): the flush "is only compatible with
+        # overlap_p2p_comm but not batch_p2p_comm", and batch_p2p_comm is `not overlap_p2p_comm`
+        said = "needs timing.overlap_p2p_comm (Megatron-Core refuses it with --no-overlap-p2p-communication)"
         raise InputError(where, "timing.overlap_p2p_comm_warmup_flush", said)
     if par.microbatch_group_size_per_vp_stage is not None and par.schedule != "interleaved":
         # Megatron reads the group only in forward_backward_pipelining_with_interleaving
@@ -2188,7 +2262,7 @@ def parse_run_config(raw: Any, source: str | Path = "<run config>", base_dir: st
             raise InputError(
                 where, field, "a search spec's field: this is a search spec, not a run config (ppb search reads it)"
             ) from None
-        raise pydantic_error(err, where) from None
+        raise pydantic_error(err, where, RunConfig) from None
     base = Path(base_dir)
     specs: dict[str, ModelSpec] = {}
     for index, sub in enumerate(run.models):

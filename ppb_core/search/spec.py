@@ -286,7 +286,7 @@ def _check_training(raw: Any, where: str) -> dict[str, Any]:
     try:
         Training(**rest)
     except ValidationError as err:
-        error = pydantic_error(err, where)
+        error = pydantic_error(err, where, Training)
         raise InputError(where, f"training.{error.field}" if error.field else "training", error.problem) from None
     if given[0] == "global_batch_tokens" and batch % rest["seq_length"]:
         raise InputError(
@@ -349,7 +349,7 @@ def parse_search_spec(raw: Any, source: str | Path = "<search spec>", base_dir: 
     try:
         spec = SearchSpec(**raw)
     except ValidationError as err:
-        raise pydantic_error(err, where) from None
+        raise pydantic_error(err, where, SearchSpec) from None
     for index, form in enumerate(spec.limits.recompute or ()):
         words = framework_words(form)
         if words is not None and words != spec.framework:

@@ -40,7 +40,8 @@ causal mask's unmasked half, as every source below does.
 - `cudnn_sm100`, cuDNN on Blackwell: NVIDIA/cudnn-frontend's GB200 measurement (results/llama3.1/gb200/
   llama3.1_20260424_100750.csv at fb682ce; cuDNN 9.22, the same heads, batch 2), TFLOP/s at 2k, 4k,
   8k, 16k, 32k: forward no mask 1433, 1599, 1771, 1697, 1634; causal 1097, 1408, 1574, 1708, 1622;
-  backward no mask 1124, 1350, 1404, 1374, 1262; causal 885, 1148, 1332, 1328, 1226.
+  backward no mask 1124, 1350, 1404, 1374, 1262; causal 885, 1148, 1332, 1328, 1226. MLA's unequal head
+  sizes (192 / 128) from the same benchmark's DeepSeek-V3 run (`MLA_HEAD_DIM`): its backward 0.79-0.96 of these.
 - `cudnn_sm100_913`, the same kernels as cuDNN 9.13 shipped them (NeMo 25.11's container: cuDNN 9.13.1.26,
   NVIDIA-NeMo/Megatron-Bridge docs/releases/software-versions.md at v0.2.0): NVIDIA/cudnn-frontend
   benchmark/sdpa_benchmark_training/artifacts/sdpa_bf16_benchmark_results_NVIDIA_B200.csv at 0b1577c (Oct
@@ -169,6 +170,19 @@ _FLASH2_BACKWARD = _sdpa_extended(_h100(214, 260, 291, 310, 318, 322), _SDPA_BAC
 _FLASH2_BACKWARD_64 = _h100(198, 238, 264, 279, 287, 291)
 
 
+# MLA's query/key head size (DeepSeek-V3's and Kimi K2's 128 + 64; its values 128): on sm100 TransformerEngine runs
+# these unequal head sizes only through cuDNN (TE v2.14 attention/dot_product_attention/utils.py
+# `get_attention_backend`: "Disabling FlashAttention 2 as it does not support MLA", FlashAttention 3 only on sm90),
+# measured there by NVIDIA/cudnn-frontend benchmark/sdpa_benchmark_training/results/dsv3/gb200/
+# dsv3_20260424_101009.csv (fb682ce; configs/dsv3.py: cuDNN 9.22 on a GB200, BF16, 128 heads of 192 / 128, batch 2,
+# the non-deterministic backward), TFLOP/s at 2k-32k in ppb's FLOP count (the harness's backward counts
+# 6·d_qk + 4·d_v a score, as `flops._core` does: 7.148 of its 4k no-mask TFLOP over the forward's 2.749 is 2.6):
+# forward no mask 1492, 1666, 1759, 1812, 1584; causal 1072, 1406, 1585, 1678, 1743; backward no mask 1048, 1175,
+# 1125, 1088, 1086; causal 846, 1057, 1193, 1134, 1076. The forward holds head 128's rate (within 8%), the backward
+# runs 0.79-0.96 of it (Kimi K2's 64 heads, kimiK26_20260424_100953.csv: 1187, 1220, 1122 without the mask at 4k-16k;
+# on a GB300, results/dsv3/gb300: 0.82-0.92 of that part's head-128 backward).
+MLA_HEAD_DIM = 192
+
 # kernel → head size → curves; head size 64 where the paper measured it (Fig. 5a, 5b, 6a: 32 heads of 64)
 ATTENTION_CURVES: dict[str, dict[int, Curves]] = {
     "flash2": {
@@ -205,6 +219,12 @@ ATTENTION_CURVES: dict[str, dict[int, Curves]] = {
             (False, True): _csv(1097, 1408, 1574, 1708, 1622),
             (True, False): _csv(1124, 1350, 1404, 1374, 1262),
             (True, True): _csv(885, 1148, 1332, 1328, 1226),
+        },
+        MLA_HEAD_DIM: {
+            (False, False): _csv(1492, 1666, 1759, 1812, 1584),
+            (False, True): _csv(1072, 1406, 1585, 1678, 1743),
+            (True, False): _csv(1048, 1175, 1125, 1088, 1086),
+            (True, True): _csv(846, 1057, 1193, 1134, 1076),
         },
     },
 }
@@ -363,12 +383,16 @@ def sequence_factor(kernel: str, backward: bool, causal: bool, mean_keys: float,
     """A pass's rate over the kernel's 16k no-mask rate at its head size: the measured curve for its mask
     read at the keys a query walks (*mean_keys*) without the mask, at the triangle's side (2·mean_keys − 1)
     under it. Between head
-    sizes 64 and 128, where both are measured, linear between their factors; below 64 64's, else 128's."""
+    sizes 64 and 128, where both are measured, linear between their factors; below 64 64's; above 128 toward
+    MLA's measured 192 / 128 pair where the kernel has it (`MLA_HEAD_DIM`, held above it), else 128's."""
     if kernel in REFERENCE_KERNEL:
         newest = ATTENTION_CURVES[REFERENCE_KERNEL[kernel]][128]
         return _curves_factor(_older_curves(kernel), backward, causal, mean_keys, newest)
     by_head = ATTENTION_CURVES[kernel]
     wide = _curves_factor(by_head[128], backward, causal, mean_keys)
+    if head_dim > 128 and MLA_HEAD_DIM in by_head:  # MLA's measured pair, against 128's level
+        latent = _curves_factor(by_head[MLA_HEAD_DIM], backward, causal, mean_keys, by_head[128])
+        return wide + (latent - wide) * min(1.0, (head_dim - 128) / (MLA_HEAD_DIM - 128))
     if 64 not in by_head or head_dim >= 128:
         return wide
     narrow = _curves_factor(by_head[64], backward, causal, mean_keys)

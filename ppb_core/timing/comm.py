@@ -12,7 +12,10 @@ Costs (bandwidth per direction per device, times the device's `comm_efficiency`,
 - all-reduce: reduce-scatter then all-gather, 2·P·(g−1)/g bytes, 2(g−1) steps;
 - all-to-all: each rank sends P/g to each peer; peers in the node over the intra-node link and
   the rest over the inter-node link at the same time, g−1 steps (a dispatcher that sends a token
-  once per destination node states the bytes leaving the node: `Collective.inter_node_bytes`);
+  once per destination node states the bytes leaving the node: `Collective.inter_node_bytes`); a
+  backend measured within one NVLink domain (`Collective.algorithm_bytes_per_s`: HybridEP's kernels,
+  `ppb_core.timing.flex`) P over its measured rate instead, inside that domain, and the bytes leaving
+  the node at the backend's measured rate where it has one (`Collective.inter_node_bytes_per_s`);
 - point-to-point ring exchange (ring attention): P bytes in g−1 steps, over one NIC where a hop
   leaves the node.
 A ring that leaves the node runs at the inter-node bandwidth of the NICs it can use: NCCL runs one
@@ -132,10 +135,14 @@ def collective_seconds(collective: Collective, links: Links) -> float:
     # each of the framework's separate calls for the payload pays its steps' latency
     step = (links.latency_s + (links.inter_node_latency_s if local < size else 0.0)) * collective.calls
     if collective.kind == ALL_TO_ALL:
+        if collective.algorithm_bytes_per_s and local >= size:
+            # a backend measured in one NVLink domain: every row a rank receives over that rate, its kernel's
+            # own latency in the measurement (`ppb_core.timing.flex`, HybridEP)
+            return payload / collective.algorithm_bytes_per_s
         share = payload / size
         intra = share * (local - 1) / links.node_bytes_per_s(local) if local > 1 else 0.0
         leaving = share * (size - local) if collective.inter_node_bytes is None else collective.inter_node_bytes
-        inter = leaving / links.inter_node_bytes_per_s
+        inter = leaving / (collective.inter_node_bytes_per_s or links.inter_node_bytes_per_s)
         return max(intra, inter) + (size - 1) * step
     bandwidth = links.ring_bytes_per_s(local, size)
     steps = 1 if links.mesh(local, size) else size - 1  # HCCL's Mesh: one step (module docstring)

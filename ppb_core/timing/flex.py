@@ -36,10 +36,31 @@ d98e8a64; HybridEP: deepseek-ai/DeepEP branch hybrid-ep at 94a9f8f).
   (`num_permuted_tokens` None: "causes a D2H synchronization", fused_a2a.py `hybrid_ep_dispatch`), as
   DeepEP's dispatch waits for its counts and NCCL EP's eager mode sizes its receive buffer from them:
   `host.dispatcher_wait_s` synchronizes all three at the dispatch.
-* **Rates.** ppb prices the all-to-alls at its NCCL rates. HybridEP's measured kernel-only algorithm
-  bandwidth (docs/README_Hybrid-EP.md, B200 8 ranks, 16 SMs: BF16 dispatch 734.95 GB/s, combine
-  673.84 GB/s; GB200 8 ranks 750.15 / 684.27) is 0.75-0.83 of 900 GB/s NVLink, about ppb's NCCL share:
-  no rate of its own is taken.
+* **Rates.** ppb prices DeepEP's and NCCL EP's all-to-alls, and HybridEP's across NVLink domains or on parts
+  where it is not measured, at its NCCL rates: a rank's remote share of the payload, (ep − 1)/ep, over the
+  link. HybridEP's own kernels are measured within one NVLink-5 domain (Hybrid-EP_Intra-node_
+  Implementation.md at 6ad6896, kept unchanged as docs/README_Hybrid-EP.md to 94a9f8f; "kernel only", random
+  uniform routing, top 8, 4096 tokens a rank, hidden 7168, BF16): their "algorithm bandwidth" is every row a
+  rank receives, its own included, over the kernel's time (tests/test_mnnvlink_hybridep.py
+  `test_intra_node_benchmark` at 6ad6896: `dispatch_bf16_nvl_recv_bytes = dispatched_hidden.numel() * 2`,
+  the combine's the same bytes), so a dispatch or combine of P bytes a rank takes P / that rate
+  (`hybridep_rates`), its kernel's latency inside, where ppb's NCCL model gave P·(ep − 1)/ep / (0.802 · 900
+  GB/s) plus ep − 1 steps of 5 us: at ep 8 about the measured kernels (Qwen3 30B-A3B's 16,384 tokens, 358
+  MB: 0.469 ms against 0.469 dispatch and 0.486 combine at 32 SMs), at ep 32 slower (0.155 ms of its 31
+  steps' latency, which one kernel does not pay step by step). GB200's table (8 to 36 ranks, 16 and 32 SMs)
+  is taken for every NVLink-5 part (`NVLINK5_PARTS`): B200's own figures (8 ranks, 16 SMs: 734.95 / 673.84)
+  are within 2% of GB200's (750.15 / 684.27); B300 and GB300 keep the same NVLink 5 (an assumption,
+  unmeasured). Each group size takes the figures of the most ranks measured up to it (EP 64: 36's, beyond
+  the table), each SM count the figures of the most SMs measured up to it (below 16: none); the permute
+  fused into the dispatch (other kernels, unmeasured) none. The measurement's rows are 14 KiB (hidden 7168);
+  a model's smaller rows are taken at the same rate (unmeasured). Across nodes the same branch measured
+  H100 (Hybrid-EP_Implementation.md at 1dddd19, "H100 Platform", IB bandwidth, kernel only, 16 to 64 ranks of
+  8 a node, 4 to 16 SMs): there the bytes are a token's copy to each node it reaches, the local node
+  included (tests/utils.py `count_rdma_send_from_routing_map`: "we do not set the local node map to
+  zeros"), so of n nodes reached only (n − 1)/n of those bytes leave a node (`hybridep_ib_rates`: the rate
+  a leaving byte takes, against ppb's NIC share, 0.94 · 50 GB/s on DGX H100): 16 ranks at 16 SMs 71.71 /
+  62.95 GB/s counted, 35.9 / 31.5 a leaving byte over two nodes. The NVLink side inside each node stays
+  ppb's.
 """
 
 from __future__ import annotations
@@ -51,6 +72,22 @@ DEEPEP_DEFAULT_SMS = 20  # token_dispatcher.py `_DeepepManager.__init__`, d98e8a
 HYBRIDEP_SMS_ONE_DOMAIN = 24  # csrc/hybrid_ep/config.cuh `Configurer`, hybrid-ep 94a9f8f
 HYBRIDEP_SMS_ACROSS = 8
 HYBRIDEP_FUSED_PERMUTE_BLOCKS = 108  # `get_default_config`: min(108, sm_count − dispatch blocks)
+# HybridEP's kernel-only algorithm bandwidth within one NVLink-5 domain, GB/s (module docstring): {SMs: {ranks:
+# (BF16 dispatch, combine)}}, deepseek-ai/DeepEP hybrid-ep 6ad6896 Hybrid-EP_Intra-node_Implementation.md, "GB200
+# Platform", kernel only.
+HYBRIDEP_KERNEL_GBS_NVLINK5 = {
+    16: {8: (750.15, 684.27), 16: (661.93, 600.75), 24: (637.80, 565.53), 32: (629.79, 547.25), 36: (612.85, 543.27)},
+    32: {8: (764.03, 737.13), 16: (706.95, 666.26), 24: (665.97, 639.80), 32: (642.23, 605.15), 36: (632.31, 596.99)},
+}
+NVLINK5_PARTS = ("b200", "gb200", "b300", "gb300")
+# HybridEP's kernel-only IB algorithm bandwidth on H100 across 8-GPU nodes, GB/s (module docstring): {SMs: {ranks:
+# (BF16 dispatch, combine)}}, deepseek-ai/DeepEP hybrid-ep 1dddd19 Hybrid-EP_Implementation.md, "H100 Platform".
+HYBRIDEP_IB_GBS_H100 = {
+    4: {16: (44.40, 52.00), 32: (52.60, 51.00), 64: (48.00, 46.00)},
+    8: {16: (76.80, 68.00), 32: (54.50, 56.40), 64: (50.55, 51.03)},
+    16: {16: (71.71, 62.95), 32: (57.69, 57.46), 64: (49.97, 49.77)},
+}
+HYBRIDEP_IB_PARTS = ("h100-80gb",)
 
 
 def ranks_reached(experts: int, k: int, ep: int) -> float:
@@ -80,3 +117,36 @@ def flex_sms(dispatcher: str, configured: int | None, ep_nodes: int, device_sms:
     if dispatcher == "ncclep" and configured:
         return configured
     return 0
+
+
+def hybridep_rates(device: str, ranks: int, sms: int, fused: bool) -> tuple[float, ...]:
+    """(dispatch, combine) bytes/s of HybridEP's kernels for *ranks* within one NVLink domain of *device* on
+    *sms* SMs (module docstring): () where not measured (another part, fewer than 16 SMs or 8 ranks, the
+    permute fused)."""
+    if device not in NVLINK5_PARTS or fused:
+        return ()
+    return _measured(HYBRIDEP_KERNEL_GBS_NVLINK5, ranks, sms)
+
+
+def _measured(table: dict[int, dict[int, tuple[float, float]]], ranks: int, sms: int) -> tuple[float, ...]:
+    """A measured (dispatch, combine) pair at the most SMs measured up to *sms* and the most ranks up to
+    *ranks*, in bytes/s; () below the table."""
+    measured_sms = [count for count in table if count <= sms]
+    if not measured_sms:
+        return ()
+    by_ranks = table[max(measured_sms)]
+    measured_ranks = [count for count in by_ranks if count <= ranks]
+    if not measured_ranks:
+        return ()
+    dispatch, combine = by_ranks[max(measured_ranks)]
+    return dispatch * 1e9, combine * 1e9
+
+
+def hybridep_ib_rates(device: str, ranks: int, sms: int, fused: bool, nodes: int) -> tuple[float, ...]:
+    """(dispatch, combine) bytes/s a byte leaving a node takes in HybridEP's kernels across *nodes* nodes of
+    *device* (module docstring): the measured IB algorithm rate over the share of its counted copies that
+    leave, (nodes − 1)/nodes; () where not measured."""
+    if device not in HYBRIDEP_IB_PARTS or fused or nodes <= 1:
+        return ()
+    counted = _measured(HYBRIDEP_IB_GBS_H100, ranks, sms)
+    return tuple(rate * (nodes - 1) / nodes for rate in counted)

@@ -39,7 +39,16 @@ from ppb_core.model.kinds import (
     TailKind,
 )
 from ppb_core.model.switches import LayerType
-from ppb_core.timing.flex import FLEX_DISPATCHERS, flex_sms, in_kernel_permutation, ranks_reached
+from ppb_core.timing.flex import (
+    FLEX_DISPATCHERS,
+    HYBRIDEP_SMS_ACROSS,
+    HYBRIDEP_SMS_ONE_DOMAIN,
+    flex_sms,
+    hybridep_ib_rates,
+    hybridep_rates,
+    in_kernel_permutation,
+    ranks_reached,
+)
 from ppb_core.timing.kernels import EAGER_TRAFFIC
 from ppb_core.timing.ring import FP32_BYTES, STEPPED, merge_bytes
 from ppb_core.timing.router import RouterSetting, router_launches
@@ -103,6 +112,12 @@ class Collective:
     # SMs its kernels take from compute running beside it, where the framework sets them (the flex
     # dispatcher's backends, `ppb_core.timing.flex.flex_sms`); 0: the device's NCCL share (`Kernels.contention`).
     sms: int = 0
+    # All-to-all: the backend's measured algorithm bandwidth within one NVLink domain, every row a rank receives
+    # over its kernel's time (HybridEP's, `ppb_core.timing.flex.hybridep_rates`), bytes/s; 0: the links' rate.
+    algorithm_bytes_per_s: float = 0.0
+    # All-to-all across nodes: the backend's measured rate for a byte leaving a node (HybridEP's on H100,
+    # `ppb_core.timing.flex.hybridep_ib_rates`), bytes/s; 0: the links' NIC rate.
+    inter_node_bytes_per_s: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -161,7 +176,14 @@ class Op:
     # `SequentialMLP`, `sequential_experts`): that many times, each run its own kernels at its expert's
     # rows (a GEMM's `groups` priced as that many separate GEMMs); 0: one kernel (a grouped GEMM).
     sequential: int = 0
-    # Host synchronizations in its forward under Megatron (the sinkhorn router's loop tests, `timing.router`)
+    # Parameters beside the op's GEMM weight whose gradient Megatron's DDP hook adds into its main gradient
+    # in the backward, one kernel each (`param.main_grad.add_(param.grad.data)`: distributed_data_parallel.py
+    # `_make_backward_post_hook`, 2edffadb52 and d98e8a64; TE returns a bias's gradient, it never accumulates
+    # it into `main_grad`), counted where the dense layers the host medians come from have none: the routed
+    # experts' biases (GPT-OSS: fc1's and fc2's, one a local expert each) and the router's bias.
+    grad_adds: float = 0.0
+    # Host synchronizations in its forward under Megatron, after its launches (the sinkhorn router's loop
+    # tests, `timing.router`; the quick-GEGLU offset's blocking copy, `_glu_clamp`); a rerun syncs again
     syncs: int = 0
     # A flash op under ring context parallelism run as the framework's cp calls, one per ring step,
     # each at its own shape (`ppb_core.timing.ring`); 0: one kernel over every key.
@@ -210,6 +232,31 @@ def expert_fp8_pads(run: RunConfig) -> int:
     return 2 if run.framework_release.holds("experts_weight_probs") else 1
 
 
+def _hybridep_rates(run: RunConfig) -> tuple[float, ...]:
+    """HybridEP's measured kernel rates for a run whose expert-parallel group sits in one NVLink domain
+    (`ppb_core.timing.flex.hybridep_rates`): its dispatch API's SMs, Megatron's `moe_hybridep_num_sms` (the flex
+    dispatcher's SM count) else HybridEP's default in one domain; () for another dispatcher or across domains."""
+    par = run.parallel
+    ranks = par.expert_tp * par.ep
+    if run.timing.moe_dispatcher != "hybridep" or ranks <= 1 or ranks > par.devices_per_node:
+        return ()
+    sms = run.timing.moe_flex_dispatcher_num_sms or HYBRIDEP_SMS_ONE_DOMAIN
+    return hybridep_rates(run.device.name, ranks, sms, run.timing.moe_permute_fusion_into_hybridep)
+
+
+def _hybridep_ib_rates(run: RunConfig) -> tuple[float, ...]:
+    """HybridEP's measured rates for a byte leaving a node when the expert-parallel group spans nodes
+    (`ppb_core.timing.flex.hybridep_ib_rates`): its SMs as `_hybridep_rates`'s, across domains HybridEP's
+    default there; () for another dispatcher or within one domain."""
+    par = run.parallel
+    ranks = par.expert_tp * par.ep
+    nodes = -(-ranks // par.devices_per_node)
+    if run.timing.moe_dispatcher != "hybridep" or nodes <= 1:
+        return ()
+    sms = run.timing.moe_flex_dispatcher_num_sms or HYBRIDEP_SMS_ACROSS
+    return hybridep_ib_rates(run.device.name, ranks, sms, run.timing.moe_permute_fusion_into_hybridep, nodes)
+
+
 @dataclass(frozen=True)
 class OpGeometry(Geometry):
     """What the op tables read of a run beyond the sharding geometry: how the experts' tokens
@@ -219,6 +266,10 @@ class OpGeometry(Geometry):
     dispatcher: str = "alltoall"  # alltoall | allgather (Megatron's default) | deepep | hybridep | ncclep (flex)
     flex_in_kernel: bool = False  # the flex backend permutes inside its dispatch and combine (`flex`)
     flex_sms: int = 0  # SMs the flex backend's dispatch and combine take beside compute (`flex.flex_sms`)
+    # HybridEP's measured (dispatch, combine) kernel rates within one NVLink domain (`flex.hybridep_rates`); ()
+    hybridep_rates: tuple[float, ...] = ()
+    # ... and across nodes, a leaving byte's (`flex.hybridep_ib_rates`); ()
+    hybridep_ib_rates: tuple[float, ...] = ()
     hybridep_pad_uneven: bool = False  # --moe-hybridep-pad-uneven-dispatch-inputs: the counts' MAX all-reduce
     dispatch_bytes: int = 2  # bytes per element the expert dispatch sends (FP8 dispatch: 1)
     router_bytes: int = 2  # the router's probabilities (--moe-router-dtype, else the training dtype)
@@ -379,6 +430,8 @@ class OpGeometry(Geometry):
                 run.device.profile().sm_count,
                 run.timing.moe_permute_fusion_into_hybridep,
             ),
+            hybridep_rates=_hybridep_rates(run),
+            hybridep_ib_rates=_hybridep_ib_rates(run),
         )
 
     def attention_pairs(self, window: int = 0) -> float:
@@ -1556,6 +1609,15 @@ def _ffn(
     ]
 
 
+def expert_probs_bytes(geo: OpGeometry) -> int:
+    """Bytes of an element of the routing probabilities the experts weight their rows by. DeepEP and HybridEP
+    take and return fp32 probabilities whatever the router's dtype (token_dispatcher.py `_DeepepManager.dispatch`
+    and `_HybridEPManager.dispatch`: "only supports float32 probs", `self.token_probs.float()`, 2edffadb52 and
+    d98e8a64; HybridEP's `dispatch_with_permute` writes its permuted probabilities as `torch::kFloat32`, DeepEP
+    branch hybrid-ep csrc/hybrid_ep/hybrid_ep.cu); Megatron's own dispatchers pass the router's."""
+    return STATS_BYTES if geo.dispatcher in ("deepep", "hybridep") else geo.router_bytes
+
+
 def _weighted_by_probs(op: Op, geo: OpGeometry, rows: float, width: float, gated: bool) -> Op:
     """Megatron's routed experts weight their activation by the routing probabilities (experts.py
     `TEGroupedMLP.forward`'s `bias_act_func`, mlp.py `MLP.forward` for a SequentialMLP's experts,
@@ -1569,7 +1631,7 @@ def _weighted_by_probs(op: Op, geo: OpGeometry, rows: float, width: float, gated
     each way: 16-bit probabilities 1 forward, 3 backward; fp32 2 and 5."""
     if geo.framework != "megatron" or gated:
         return op
-    elements, bc, pb = rows * width, geo.dtype_bytes, geo.router_bytes
+    elements, bc, pb = rows * width, geo.dtype_bytes, expert_probs_bytes(geo)
     wide = max(bc, pb)  # the product's dtype
     cast = pb > bc
     forward = elements * (bc + wide) + rows * pb + (elements * (wide + bc) if cast else 0.0)
@@ -1686,10 +1748,18 @@ def _glu_clamp(name: str, block: str, geo: OpGeometry, rows: float, width: int, 
     the gate's `where(x <= max, grad, 0)` (a comparison writing a bool mask, a zero scalar made on the device,
     the `where`), the linear half's `where((x >= min).logical_and_(x <= max), grad, 0)` (two comparisons, the
     and, the scalar, the `where`); the cat's backward is slices: 7 passes of bc and 8 of a byte an element, 8
-    launches. Rerun with the activation under `moe_act` recompute (`ffAct`)."""
+    launches. Rerun with the activation under `moe_act` recompute (`ffAct`).
+
+    The offset's copy synchronizes the host with the GPU (`syncs`), forward and rerun: `torch.tensor(data,
+    device=...)` builds the scalar in pageable host memory and moves it with a blocking `.to(device)`
+    (pytorch/pytorch torch/csrc/utils/tensor_new.cpp `internal_new_from_data`: `non_blocking=false`), whose
+    host-to-device copy is `memcpy_and_sync` (aten/src/ATen/native/cuda/Copy.cu `copy_kernel_cuda`;
+    c10/cuda/CUDAFunctions.h, PyTorch 2.13's header alike: `cudaMemcpyAsync` then `cudaStreamSynchronize`):
+    the host waits for every kernel queued before it, the clamp's included, and launches what follows onto
+    an idle GPU (`host.dispatcher_wait_s`)."""
     elements, bc = rows * width, geo.dtype_bytes
     op = _elementwise(name, block, 8 * elements * bc, elements * (7 * bc + 8), switch="ffAct", inputs=inputs)
-    return dataclasses.replace(op, launches=(4.0, 8.0))
+    return dataclasses.replace(op, launches=(4.0, 8.0), syncs=1)
 
 
 def _clamped_activation(ops: list[Op], moe: Moe, geo: OpGeometry, rows: float, p: str) -> list[Op]:
@@ -1715,22 +1785,28 @@ def _expert_output_bias(
     added by `TEGroupedMLP._apply_bias` (megatron/core/transformer/moe/experts.py at 2edffadb52, NeMo
     26.04's Megatron-LM): per local expert `t + b * p` over its rows, `torch.cat` of them, `.to` the
     activations' dtype. b·p and the sums are in the probabilities' dtype where it is wider (the router
-    dtype). Forward: b·p written, t and it read and the sum written, the cat reading and writing every
-    row, the cast where it promotes: 2 kernels an expert, the cat's and the cast's. Backward: cast back,
-    cat and add pass the gradient through (slices); b·p's two gradients each a product and a sum (the
-    bias's g·p over rows, the probabilities' g·b over h), reading it twice: 4 kernels an expert. Elsewhere
-    (no such per-expert loop) one add forward, its bias gradient's read back."""
+    dtype; fp32 under DeepEP and HybridEP, `expert_probs_bytes`). Forward: b·p written, t and it read and
+    the sum written, the cat reading and writing every row, the cast where it promotes: 2 kernels an
+    expert, the cat's and the cast's. Backward (PyTorch's autograd, tools/autograd/derivatives.yaml
+    `mul.Tensor`: `mul_tensor_backward` multiplies the full gradient, the engine then `sum_to`s it to the
+    broadcast input's shape and casts it to the input's dtype): the cast back (read, write wide), the cat's
+    slices (views), the add passing the gradient to t cast to t's dtype where wider (read wide, write bc,
+    each expert its kernel) and to b·p; b·p's two gradients each the product g·p or g·b written in full
+    (read g, write) and summed (read), the bias's cast to its dtype where wider: 4 kernels an expert, 6
+    where the sums are wider. Elsewhere (no such per-expert loop) one add forward, its bias gradient's read
+    back."""
     bc = geo.dtype_bytes
     if geo.framework != "megatron":
         return _elementwise(name, block, 2 * rows * h * bc, rows * h * bc, inputs=inputs)
-    wide = max(bc, geo.router_bytes)
+    wide = max(bc, expert_probs_bytes(geo))
     cast = wide > bc
     elements = rows * h
     forward = elements * (wide + (bc + wide) + wide + 2 * wide) + (elements * (wide + bc) if cast else 0.0)
-    backward = 2 * elements * wide + (elements * (bc + wide) if cast else 0.0)
+    # two products (read g, write), their two sums (read); cast: the output's gradient up, t's gradient down
+    backward = elements * 3 * 2 * wide + (2 * elements * (bc + wide) if cast else 0.0)
     return dataclasses.replace(
         _elementwise(name, block, forward, backward, inputs=inputs),
-        launches=(2.0 * local + 1.0 + cast, 4.0 * local + cast),
+        launches=(2.0 * local + 1.0 + cast, (4.0 + 2.0 * cast) * local + cast),
     )
 
 
@@ -1749,8 +1825,18 @@ def moe_ops(kind: BodyKind, moe: Moe, geo: OpGeometry, p: str = "") -> list[Op]:
     norm = p + "norm2"
     ops = [
         _norm(norm, block, whole, h, bc, kind.norm.kind == "rmsnorm", switch="normOp"),
-        _matmul(
-            p + "router", block, whole, h, experts + (1 if moe.shared_expert_gate else 0), bc, inputs=(norm,), fp8=False
+        dataclasses.replace(
+            _matmul(
+                p + "router",
+                block,
+                whole,
+                h,
+                experts + (1 if moe.shared_expert_gate else 0),
+                bc,
+                inputs=(norm,),
+                fp8=False,
+            ),
+            grad_adds=1.0 if moe.router_bias else 0.0,  # router.py `TopKRouter`'s bias (add_bias_linear)
         ),
         # Router logits upcast, softmax and top-k in fp32; Megatron's kernels and host syncs by its settings.
         _router_topk(p + "router_topk", block, whole * experts * (bc + 2 * STATS_BYTES), moe, geo, (p + "router",)),
@@ -1823,6 +1909,11 @@ def moe_ops(kind: BodyKind, moe: Moe, geo: OpGeometry, p: str = "") -> list[Op]:
     # across nodes go (tokens routed) × (remote nodes its experts sit in) hidden states.
     remote = _remote_nodes(moe, geo) if flex else None
     leaving = None if remote is None else geo.tokens / geo.tp * geo.routing_factor * remote * h
+    # HybridEP's measured kernels (`flex.hybridep_rates`): its combine is the dispatch's backward, its dispatch
+    # the combine's (fused_a2a.py `HybridEPDispatch.backward` calls `combine_with_unpermute`, `HybridEPCombine.
+    # backward` `dispatch_with_permute`; Megatron-LM 0d8e0714cd and 2edffadb52)
+    dispatch_rate, combine_rate = geo.hybridep_rates or (0.0, 0.0)
+    dispatch_ib, combine_ib = geo.hybridep_ib_rates or (0.0, 0.0)
     if geo.ep > 1:
         ops.append(
             Op(
@@ -1839,6 +1930,8 @@ def moe_ops(kind: BodyKind, moe: Moe, geo: OpGeometry, p: str = "") -> list[Op]:
                     None if leaving is None else leaving * geo.dispatch_bytes,
                     calls=calls,
                     sms=geo.flex_sms,
+                    algorithm_bytes_per_s=dispatch_rate,
+                    inter_node_bytes_per_s=dispatch_ib,
                 ),
                 backward_comm=Collective(
                     ALL_TO_ALL,
@@ -1849,6 +1942,8 @@ def moe_ops(kind: BodyKind, moe: Moe, geo: OpGeometry, p: str = "") -> list[Op]:
                     None if leaving is None else leaving * bc,
                     calls=calls,
                     sms=geo.flex_sms,
+                    algorithm_bytes_per_s=combine_rate,
+                    inter_node_bytes_per_s=combine_ib,
                 ),
             )
         )
@@ -1891,6 +1986,11 @@ def moe_ops(kind: BodyKind, moe: Moe, geo: OpGeometry, p: str = "") -> list[Op]:
         local_experts=local,
     )
     ops[-2] = _weighted_by_probs(ops[-2], geo, rows, per_rank(moe.expert_intermediate_size, geo.etp), moe.gated)
+    if moe.bias and geo.framework == "megatron" and local:
+        # TEGroupedMLP's GroupedLinears hold one bias parameter an expert each (TE grouped_linear.py `bias{i}`,
+        # v2.14): fc1's and fc2's gradients each added into their main gradient (`Op.grad_adds`)
+        at = next(i for i, op in enumerate(ops) if op.name == p + "experts_in")
+        ops[at] = dataclasses.replace(ops[at], grad_adds=2.0 * local)
     ops = _clamped_activation(ops, moe, geo, rows, p)
     source = p + "experts_out"
     if geo.sequential_experts and local > 1:
@@ -1949,6 +2049,8 @@ def moe_ops(kind: BodyKind, moe: Moe, geo: OpGeometry, p: str = "") -> list[Op]:
                     (p + "experts_out", "forward"),
                     None if leaving is None else leaving * bc,
                     sms=geo.flex_sms,
+                    algorithm_bytes_per_s=combine_rate,
+                    inter_node_bytes_per_s=combine_ib,
                 ),
                 backward_comm=Collective(
                     ALL_TO_ALL,
@@ -1958,6 +2060,8 @@ def moe_ops(kind: BodyKind, moe: Moe, geo: OpGeometry, p: str = "") -> list[Op]:
                     (p + "experts_out", "wgrad"),
                     None if leaving is None else leaving * geo.dispatch_bytes,
                     sms=geo.flex_sms,
+                    algorithm_bytes_per_s=dispatch_rate,
+                    inter_node_bytes_per_s=dispatch_ib,
                 ),
             )
         )
@@ -2123,6 +2227,11 @@ def _allgather_dispatch(moe: Moe, geo: OpGeometry, h: int, inputs: tuple[str, ..
         local_experts=local,
     )
     ops[-2] = _weighted_by_probs(ops[-2], geo, rows, per_rank(moe.expert_intermediate_size, geo.etp), moe.gated)
+    if moe.bias and geo.framework == "megatron" and local:
+        # TEGroupedMLP's GroupedLinears hold one bias parameter an expert each (TE grouped_linear.py `bias{i}`,
+        # v2.14): fc1's and fc2's gradients each added into their main gradient (`Op.grad_adds`)
+        at = next(i for i, op in enumerate(ops) if op.name == p + "experts_in")
+        ops[at] = dataclasses.replace(ops[at], grad_adds=2.0 * local)
     ops = _clamped_activation(ops, moe, geo, rows, p)
     source = p + "experts_out"
     if geo.sequential_experts and local > 1:  # SequentialMLP, as in `moe_ops`

@@ -37,7 +37,11 @@ NCCL EP's eager mode sizes its receive buffer from the received count.
 
 The sinkhorn router synchronizes too (router.py `sinkhorn_load_balancing`, moe_utils.py `sinkhorn`:
 its `while error > tol` loop reads a GPU tensor each iteration, `ppb_core.timing.router`): the host
-waits there for the GPU, then launches the rest of the routing and the dispatch from an idle GPU.
+waits there for the GPU, then launches the rest of the routing and the dispatch from an idle GPU. So does
+GPT-OSS's quick-GEGLU between fc1 and its fused kernel (fused_bias_geglu.py `weighted_bias_quick_geglu_impl`,
+Megatron-LM 2edffadb52 and 0d8e0714cd: `torch.tensor(linear_offset, device=...)`, a blocking host-to-device
+copy, PyTorch's `memcpy_and_sync`: `flops._glu_clamp`), in the forward and again where `moe_act` reruns it
+in the backward (`rerun_sync_wait_s`).
 
 Each launch costs the host `DeviceProfile.host_kernel_us` where measured (DGX H100 and H200 80.9 µs,
 DGX A100 112.3: the median over Megatron CI's host-bound dense cases, bench/host_derive.py; a plain
@@ -99,24 +103,42 @@ def dispatcher_wait_s(
     dispatcher: str = "alltoall",
     copy_after_permute: bool = False,
 ) -> float:
+    """The GPU's wait for the host after a MoE layer's synchronizations (`dispatcher_waits`), in total."""
+    waits = dispatcher_waits(ops, forward_s, launch_s, dropless, launches, wrap, dispatcher, copy_after_permute)
+    return sum(wait for wait, _ in waits)
+
+
+def dispatcher_waits(
+    ops: Sequence[Op],
+    forward_s: Mapping[str, float],
+    launch_s: float,
+    dropless: bool,
+    launches: Mapping[str, float] | None = None,
+    wrap: bool = False,
+    dispatcher: str = "alltoall",
+    copy_after_permute: bool = False,
+) -> list[tuple[float, bool]]:
     """The GPU's wait for the host after the alltoall dispatcher's synchronization in a MoE layer's
     forward (0 for a layer without one): dropless, the permutation runs while the host resumes and
     the kernels from the all-to-all on follow; with a capacity factor the wait comes before the
     permutation. *launches*: each op's forward launches (`ppb_core.timing.launches`; default
     `kernels`). *wrap*: the host goes on to the next layer of the same kind up to its own
-    synchronization (the segment between two), not only to this layer's end; where the router
-    synchronizes first (`Op.syncs`: sinkhorn), up to the router, then from an idle GPU again up to
-    the dispatcher's. *dispatcher* allgather: synchronized before the permutation and again at its
-    end; deepep, hybridep, ncclep (flex): at the dispatch, from an idle GPU (module docstring).
-    *copy_after_permute*: the alltoall dispatcher copies the counts to the host after the permutation
-    (`cuda_dtoh_point` "before_ep_alltoall", a TE graph holding `moe_preprocess`): dropless, the wait
-    then outlasts the permutation too and the GPU holds nothing when the host resumes."""
+    synchronization (the segment between two), not only to this layer's end. An op on the way that
+    synchronizes (`Op.syncs`: the sinkhorn router, GPT-OSS's clamp) ends a piece: the host resumes after
+    it from an idle GPU up to the next synchronization. *dispatcher* allgather: synchronized before the
+    permutation and again at its end; deepep, hybridep, ncclep (flex): at the dispatch, from an idle GPU
+    (module docstring). *copy_after_permute*: the alltoall dispatcher copies the counts to the host after
+    the permutation (`cuda_dtoh_point` "before_ep_alltoall", a TE graph holding `moe_preprocess`): dropless,
+    the wait then outlasts the permutation too and the GPU holds nothing when the host resumes.
+
+    Each piece's wait, and whether it follows a synchronization inside the layer's experts (an `Op.syncs` op
+    after the dispatcher's: GPT-OSS's clamp), which a combined 1F1B step does not hide (`HostWaits`)."""
     names = [op.name for op in ops]
     permute = next(
         (i for i, name in enumerate(names) if name.endswith("permute") and not name.endswith("unpermute")), None
     )
     if permute is None:
-        return 0.0
+        return []
     allgather = dispatcher == "allgather"
     start = permute + 1 if dropless and not allgather else permute
     # dropless, the permutation launched between the copy and the wait runs while the host resumes; copied
@@ -126,35 +148,74 @@ def dispatcher_wait_s(
     if dispatcher in FLEX_DISPATCHERS:  # the host waits inside the dispatch for its counts: nothing queued after
         dispatch = next((i for i, name in enumerate(names) if name.rsplit(".", 1)[-1] == "dispatch"), None)
         if dispatch is None:
-            return 0.0
+            return []
         start, queued, permute = dispatch, 0.0, -1  # the permutation ran before the wait: its seconds count
+    own = len(ops) - start  # the layer's ops from the dispatcher's synchronization on
     segment = [(op, forward_s[op.name]) for op in ops[start:]]
-    # a router that synchronizes (sinkhorn's loop, `Op.syncs`) ends the wrap: the host waits there, and
-    # resumes from an idle GPU up to the dispatcher's synchronization
-    router = next((i for i, op in enumerate(ops[:start]) if op.syncs), None)
-    resumed: list[tuple[Op, float]] = []
     if wrap:
         # the next layer's ops up to its synchronization; dropless, its permutation is launched here but
         # runs while the host waits there (that wait's queued work), so none of its seconds count here
-        wrapped = [(op, 0.0 if overlapped and i == permute else forward_s[op.name]) for i, op in enumerate(ops[:start])]
-        cut = len(wrapped) if router is None else router + 1
-        segment, resumed = segment + wrapped[:cut], wrapped[cut:]
+        segment += [
+            (op, 0.0 if overlapped and i == permute else forward_s[op.name]) for i, op in enumerate(ops[:start])
+        ]
 
     def count(op: Op) -> float:
         return launches[op.name] if launches is not None else kernels(op)
 
-    after = [(count(op), seconds) for op, seconds in segment]
-    again = launch_wait_s(0.0, [(count(op), seconds) for op, seconds in resumed], launch_s)
-    if allgather and after:  # the permutation's own segment, then from an idle GPU again
-        return launch_wait_s(0.0, after[:1], launch_s) + launch_wait_s(0.0, after[1:], launch_s) + again
-    return launch_wait_s(queued, after, launch_s) + again
+    # an op that synchronizes after its launches (`Op.syncs`: sinkhorn's loop, the quick-GEGLU's offset copy)
+    # ends a piece: the host waits there and resumes from an idle GPU
+    pieces: list[list[tuple[float, float]]] = [[]]
+    in_experts = [False]
+    for i, (op, seconds) in enumerate(segment):
+        pieces[-1].append((count(op), seconds))
+        if op.syncs:
+            pieces.append([])
+            in_experts.append(i < own)
+    if allgather and pieces[0]:  # the permutation's own piece, then from an idle GPU again
+        pieces[:1] = [pieces[0][:1], pieces[0][1:]]
+        in_experts[:1] = [False, False]
+        queued = 0.0
+    return [
+        (launch_wait_s(queued if i == 0 else 0.0, piece, launch_s), after)
+        for i, (piece, after) in enumerate(zip(pieces, in_experts, strict=True))
+    ]
+
+
+def rerun_sync_wait_s(
+    ops: Sequence[Op],
+    rerun: Sequence[str],
+    forward_s: Mapping[str, float],
+    backward_s: Mapping[str, float],
+    launches: Mapping[str, tuple[float, float]],
+    launch_s: float,
+) -> float:
+    """The GPU's wait for the host after a rerun op that synchronizes (`Op.syncs`; a rerun dispatch waits as
+    the forward's, `layer_host_waits`), e.g. the quick-GEGLU offset's copy when `moe_act` reruns the clamp.
+    Megatron reruns a `CheckpointWithoutOutput` function from a hook on its consumer's gradient function
+    (tensor_parallel/random.py `discard_output_and_register_recompute`, 2edffadb52): when the backward reaches
+    the op after the checkpointed ones. The host then waits for the backward queued so far and launches onto
+    an idle GPU the rest of the rerun (forward launches and seconds), the backward of that op and of every op
+    before it in the layer, then the previous layer's backward up to its own rerun (the ops after that op, in
+    reverse), launch by launch (`launch_wait_s`). 0 without such an op."""
+    names = [op.name for op in ops]
+    again = set(rerun)
+    synced = next((i for i, op in enumerate(ops) if op.syncs and op.name in again), None)
+    if synced is None or names[synced].endswith("permute"):
+        return 0.0
+    consumer = next((i for i in range(synced + 1, len(ops)) if names[i] not in again), len(ops))
+    rest = [(launches[name][0], forward_s[name]) for name in names[synced + 1 : consumer]]
+    backward = [(launches[name][1], backward_s.get(name, 0.0)) for name in reversed(names[: consumer + 1])]
+    previous = [(launches[name][1], backward_s.get(name, 0.0)) for name in reversed(names[consumer + 1 :])]
+    return launch_wait_s(0.0, rest + backward + previous, launch_s)
 
 
 @dataclass(frozen=True)
 class HostWaits:
     """A layer's seconds with the host on its critical path (`layer_host_waits`): what its forward and its
-    backward take beyond the GPU's work, the dispatcher's part of the forward's, and the host's time to
-    launch the forward's and the backward's kernels (with what the backward reruns)."""
+    backward take beyond the GPU's work, the dispatcher's part of the forward's (what a combined 1F1B step
+    hides, the backward layer's experts queued on the compute stream; not what follows a synchronization
+    inside the experts, which drains that stream: GPT-OSS's clamp), and the host's time to launch the
+    forward's and the backward's kernels (with what the backward reruns)."""
 
     forward: float = 0.0
     backward: float = 0.0
@@ -173,6 +234,7 @@ def layer_host_waits(
     dispatcher: str | None,
     dropless: bool,
     copy_after_permute: bool = False,
+    backward_s: Mapping[str, float] | None = None,
 ) -> HostWaits:
     """A layer's waits for the host. The forward and the plain backward each take at least their
     launches (*launches*: each op's forward and backward, `ppb_core.timing.launches`) × *launch_s*
@@ -182,11 +244,12 @@ def layer_host_waits(
     the next layer's, launch by launch. What the backward reruns first (*rerun*) counts as GPU work of
     the backward and its launches as the backward's (the host issues them again); a rerun dispatch waits
     as the forward's did instead. Both count in the host's time of the backward (`launch_backward`, what
-    a combined step cannot beat). *copy_after_permute*: `dispatcher_wait_s`'s."""
-    wait = 0.0
+    a combined step cannot beat). *copy_after_permute*: `dispatcher_wait_s`'s. A rerun op that synchronizes
+    (`Op.syncs`, not a dispatch) waits too (`rerun_sync_wait_s`, with each op's backward seconds *backward_s*)."""
+    wait = hidden = 0.0
     if dispatcher:
         forward_launches = {name: count[0] for name, count in launches.items()}
-        wait = dispatcher_wait_s(
+        waits = dispatcher_waits(
             ops,
             forward_s,
             launch_s,
@@ -196,6 +259,8 @@ def layer_host_waits(
             dispatcher=dispatcher,
             copy_after_permute=copy_after_permute,
         )
+        wait = sum(piece for piece, _ in waits)
+        hidden = sum(piece for piece, after_experts in waits if not after_experts)
     launched_forward = sum(count[0] for count in launches.values())
     launched_backward = sum(count[1] for count in launches.values())
     launched_again = sum(launches.get(name, (1.0, 0.0))[0] for name in rerun)
@@ -208,8 +273,10 @@ def layer_host_waits(
     # the host's launches, the rerun's all of them, are then set against the GPU's work and that idle
     # time, so a rerun dispatch never costs less than a rerun that stops short of it.
     redispatch = any(name.endswith("permute") and not name.endswith("unpermute") for name in rerun)
-    again = wait if redispatch else 0.0
+    again = (wait if redispatch else 0.0) + rerun_sync_wait_s(
+        ops, rerun, forward_s, backward_s or {}, launches, launch_s
+    )
     backward = again + host_excess_s(device_s[1] + device_s[2] + again, launched_backward + launched_again, launch_s)
     return HostWaits(
-        forward, backward, wait, launched_forward * launch_s, (launched_backward + launched_again) * launch_s
+        forward, backward, hidden, launched_forward * launch_s, (launched_backward + launched_again) * launch_s
     )

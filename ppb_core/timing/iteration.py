@@ -255,7 +255,8 @@ def framework_rules(run: RunConfig) -> FrameworkRules:
       start those stages' and chunks' reductions only once their last backward is done
       (schedules.py, `grad_sync_func`); P2P synchronous in 1F1B (each op's send batched with the
       next op's receive) and overlapped in the interleaved schedule (`--overlap-p2p-communication` on
-      by default there, forced off otherwise; arguments.py): `ppb_core.pipeline_p2p`. Its FSDP
+      by default there, forced off otherwise; arguments.py), or there under `timing.overlap_p2p_comm`
+      false in one blocking call a step (`megatron_batched`, as Megatron-LM of 2022): `ppb_core.pipeline_p2p`. Its FSDP
       (`--use-megatron-fsdp`) gathers per micro-batch. Under `timing.deepspeed_pipeline`
       (Megatron-DeepSpeed) DeepSpeed's engine's blocking sends and receives instead (`deepspeed`).
     - torchtitan (FSDP2 on every transformer block, torch.distributed.pipelining): one reduce-scatter
@@ -288,7 +289,7 @@ def framework_rules(run: RunConfig) -> FrameworkRules:
         bucket,
         buckets_first_chunk_only=True,
         combined_1f1b=run.parallel.overlap_moe_expert_parallel_comm,
-        p2p_protocol=OVERLAP_BY_RELEASE[run.send_waits]
+        p2p_protocol=(OVERLAP_BY_RELEASE[run.send_waits] if run.timing.overlap_p2p_comm else "megatron_batched")
         if interleaved
         else ("deepspeed" if run.timing.deepspeed_pipeline else "megatron_sync"),
         p2p_warmup_flush=interleaved and run.timing.overlap_p2p_comm_warmup_flush,

@@ -210,6 +210,9 @@ class Kernels:
             or te_flash
         )
         cudnn_det = int(device.compute_capability) in CUDNN_DETERMINISTIC_CAPABILITIES
+        # torchtitan's FlashAttention-2 is PyTorch SDPA's, aten's copy of flash-attn 2's kernels: its forward at
+        # the device's measured share of flash-attn 2's (`DeviceProfile.sdpa_flash2_forward_ratio`)
+        sdpa_forward = device.sdpa_flash2_forward_ratio if titan else 1.0
         return cls(
             attention_kernel=attention_kernel(device, flash2, cudnn_release),
             flops_per_s=device.peak_flops(dtype),
@@ -220,7 +223,9 @@ class Kernels:
             score_peak_bytes_per_s=device.hbm_bandwidth_gbs * 1e9 if device.standard_attention_measured else 0.0,
             memory_efficiency=device.memory_efficiency,
             eager_hbm_bytes_per_s=device.hbm_bandwidth_gbs * 1e9 * device.eager_memory_efficiency,
-            attention_forward=device.flash2_forward_efficiency if flash2 else device.attention_forward_efficiency,
+            attention_forward=(
+                device.flash2_forward_efficiency * sdpa_forward if flash2 else device.attention_forward_efficiency
+            ),
             attention_backward=device.flash2_backward_efficiency if flash2 else device.attention_backward_efficiency,
             fused=compiled or not titan,
             fused_norm=fused_norm,

@@ -14,7 +14,10 @@ the CI golden-value commits 11debfa7b4 / adc69dba2d; TransformerEngine d0067d0d)
   fused QKV projection is one GEMM whose parts (`qk_proj`, `v_proj`) each carry their share; a bias
   added or reduced outside the GEMM (`Op.side_bytes`) one more; without gradient-accumulation fusion
   DDP's hook adds each weight's 16-bit gradient into its main gradient (`param.main_grad.add_`), one
-  more backward (DeepSpeed's BF16_Optimizer two: `update_hp_grads` casts it to fp32 first);
+  more backward (DeepSpeed's BF16_Optimizer two: `update_hp_grads` casts it to fp32 first); the same
+  hook adds a bias's gradient (TE returns it, whatever the fusion), one backward for each of the routed
+  experts' biases (GPT-OSS: fc1's and fc2's, one a local expert) and the router's bias (`Op.grad_adds`;
+  the dense layers' own biases are inside the measured host medians, whose cases have them);
 - Megatron's `SequentialMLP` (routed experts without `--moe-grouped-gemm`; experts.py
   `SequentialMLP.forward`): each local expert's MLP of TE linears in turn, so per expert its two
   GEMMs' kernels as above (the count a grouped GEMM has too), its activation's kernels and, under FP8,
@@ -375,6 +378,7 @@ def op_launches(
             forward, backward = 1.0, 2.0
         side_forward, side_backward = op.side_bytes
         kernels_forward, kernels_backward = op.side_kernels
+        backward += op.grad_adds  # other parameters' main-gradient adds by DDP's hook (`Op.grad_adds`)
         return forward + kernels_forward * (side_forward > 0), backward + kernels_backward * (side_backward > 0)
     table = {
         "loss": LOSS_FUSED if cross_entropy_fusion else LOSS,

@@ -94,8 +94,10 @@ MEGATRON_REPLAYS: dict[str, tuple[str, ...]] = {
         "experts_pad",  # TEGroupedMLP's FP8 padding (flops.expert_fp8_pads)
         "experts_pad_probs",
         "experts_in",
+        "experts_clamp",  # GPT-OSS's (flops._glu_clamp) and its per-expert fc2 bias (flops._expert_output_bias)
         "experts_act",
         "experts_out",
+        "experts_bias",
         "experts_cat",
         "experts_unpad",
         "reduce_experts",
@@ -114,10 +116,13 @@ MEGATRON_REPLAYS: dict[str, tuple[str, ...]] = {
 # reads no recompute module), "moe" the MoE layer whole, "shared_experts" the shared experts (the same at
 # Megatron-LM 0d8e0714cd, NeMo 25.11's, 2edffadb52, NeMo 26.04.01's, and d98e8a64). An MTP layer's
 # transformer layer is built from the same spec and config: its ops (prefix `mtpN.`) are matched alike.
+# GPT-OSS's clamp (`flops._glu_clamp`) runs inside the checkpointed function: `TEGroupedMLP.bias_act_func` calls
+# fused_bias_geglu.py `weighted_bias_quick_geglu_impl`, which clamps before its fused kernel (2edffadb52,
+# 0d8e0714cd), so "moe_act" reruns it with the activation.
 MEGATRON_ACTIVATIONS: dict[str, tuple[str, ...]] = {
     "mlp": ("mlp_act",),
-    "moe_act": ("experts_act",),
-    "moe": ("experts_act", "shared_act"),
+    "moe_act": ("experts_clamp", "experts_act"),
+    "moe": ("experts_clamp", "experts_act", "shared_act"),
     "shared_experts": ("shared_act",),
 }
 
@@ -1084,6 +1089,7 @@ class TimeModel:
                     copy_after_permute=graphs == "transformer_engine"
                     and "moe_preprocess" in modules
                     and run.timing.moe_dispatcher == "alltoall",
+                    backward_s={name: price.backward_ms / 1e3 for name, price in self.op_prices(layer).items()},
                 )
             self._host[key] = waits
         return waits
