@@ -76,8 +76,13 @@ the receiver before the op that reads it. Where each side posts and waits is the
   send has completed; the stage's next op waits for its sends. With free transfers the steps time as
   1F1B; each step's two transfers run one after the other.
 
+* ``torch_looped`` (torch.distributed.pipelining's `PipelineScheduleMulti._step_microbatches`, torch
+  2.6.0, as torchtitan runs its interleaved schedule): a table of time steps every rank walks in lock
+  step, each step's sends and receives one batch waited for before the next step
+  (`ppb_core.pipeline_lockstep`).
+
 `schedules.simulate` keeps the simpler models for the other schedules: the sender's op lasting its send
-(MindFormers), or only the receiver waiting (torchtitan's looped schedules' isend/irecv).
+(MindFormers).
 
 The waits are the GPU's: `req.wait()` on an NCCL work makes the compute stream wait for the NCCL
 stream, and each NCCL call starts after the work queued before it on the compute stream. Both directions
@@ -90,6 +95,7 @@ from collections.abc import Sequence
 from functools import lru_cache
 
 from ppb_core.host_copies import HostCopies, Streams
+from ppb_core.pipeline_lockstep import lockstep_timeline
 from ppb_core.schedules import Op, Timeline, _orders, _position, _steady_backwards, check, group_of
 
 PROTOCOLS: tuple[str, ...] = (
@@ -100,6 +106,7 @@ PROTOCOLS: tuple[str, ...] = (
     "megatron_overlap_r0.10",
     "megatron_overlap_r0.8",
     "torch_1f1b",
+    "torch_looped",
 )
 # Megatron-Core's releases (`timing.interleaved_send_waits`) and the protocol their interleaved schedule runs
 OVERLAP_BY_RELEASE = {
@@ -366,6 +373,10 @@ def simulate_p2p(
         raise ValueError(f"the {protocol} protocol is for the 1F1B and interleaved schedules, not {name}")
     if protocol in ("torch_1f1b", "deepspeed") and name != "1f1b":
         raise ValueError(f"{protocol} runs the 1F1B schedule alone: one stage a rank")
+    if protocol == "torch_looped":
+        if name != "interleaved" or shorter is not None or host is not None:
+            raise ValueError("torch_looped runs the interleaved schedule alone, without combined steps or copies")
+        return lockstep_timeline(forward, backward, micro_batches, transfer)
     if protocol == "megatron_batched" and name != "interleaved":
         raise ValueError("megatron_batched is the interleaved schedule's (Megatron's 1F1B is megatron_sync)")
     extra = 0 if shorter is None else 1

@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from ppb_core.errors import InputError
 from ppb_core.memory import MemoryModel
 from ppb_core.model.walk import BODY, walk
+from ppb_core.pipeline_lockstep import looped_steps
 from ppb_core.pipeline_p2p import _post, simulate_p2p
 from ppb_core.schedules import simulate, stage_orders
 from ppb_core.timing.comm import Links
@@ -150,7 +151,7 @@ def test_the_waits_never_shorten_the_plain_schedule_and_slower_links_never_help(
     schedule, protocol = ("interleaved", "megatron_overlap") if interleaved else ("1f1b", "megatron_sync")
     protocol = data.draw(
         st.sampled_from(
-            ["megatron_overlap", "megatron_overlap_r0.10", "megatron_overlap_r0.8", "megatron_batched"]
+            ["megatron_overlap", "megatron_overlap_r0.10", "megatron_overlap_r0.8", "megatron_batched", "torch_looped"]
             if interleaved
             else ["megatron_sync", "torch_1f1b", "deepspeed"]
         )
@@ -221,6 +222,36 @@ def test_torch_1f1b_two_stages_by_hand() -> None:
     megatron = simulate_p2p("megatron_sync", "1f1b", [[1.0, 1.0]], [[2.0, 2.0]], 2, [[0.25, 0.25]])
     assert megatron.starts[0][1] == pytest.approx(1.25)
     assert framework_rules(small_run(pp=2, framework="torchtitan")).p2p_protocol == "torch_1f1b"
+
+
+def test_torch_looped_steps_in_lock_step_by_hand() -> None:
+    # torch 2.6.0 ScheduleInterleaved1F1B, P = 2, V = 2, m = 2 (a round of n = 2), f = 1, b = 2, free links.
+    # Stages along the model: rank 0 chunk 0 (0), rank 1 chunk 0 (1), rank 0 chunk 1 (2), rank 1 chunk 1 (3).
+    # Rank 0: warm-up (2 − 1)·2 + 2·1 = 4 forwards, empty steps up to its first backward's step 2·2 + 2 = 6,
+    # then (cool-down) an empty step before each backward. Rank 1: one empty step, 2 warm-up forwards, an empty
+    # step up to step 4, F and B pairs, then the cool-down. Time steps (Fcm: chunk c, micro-batch m):
+    #   rank 0: F00 F01 F10 F11 -   -   -   B10 -   B11 -   B00 -   B01
+    #   rank 1: -   F00 F01 -   F10 B10 F11 B11 -   B00 -   B01
+    # Each step ends when the rank and the neighbour it exchanges with have run that step's action:
+    # t0 both 1; t1 2; t2 3; t3 rank 1 receives F11 (stage 2 to 3): both 4; t4 rank 1's F10 [4, 5], no
+    # exchange; t5 B10 [5, 7] sent to rank 0: both 7; t6 rank 1's F11 [7, 8]; t7 rank 0 B10 [7, 9], rank 1
+    # B11 [8, 10], exchanged: 10; t9 rank 0 B11 and rank 1 B00 [10, 12]; t11 [12, 14]; t13 rank 0's B01 [14, 16].
+    # Without the lock step rank 1's F10 would start at 3 (its input's end) and the schedule end at 15.
+    one, two, free = [[1.0, 1.0], [1.0, 1.0]], [[2.0, 2.0], [2.0, 2.0]], [[0.0, 0.0], [0.0, 0.0]]
+    timeline = simulate_p2p("torch_looped", "interleaved", one, two, 2, free)
+    assert [op.kind + str(op.chunk) + str(op.micro_batch) for op in timeline.orders[1]] == [
+        "F00", "F01", "F10", "B10", "F11", "B11", "B00", "B01"
+    ]  # fmt: skip
+    assert timeline.starts[0] == pytest.approx([0, 1, 2, 3, 7, 10, 12, 14])
+    assert timeline.starts[1] == pytest.approx([1, 2, 4, 5, 7, 8, 10, 12])
+    assert timeline.makespan == pytest.approx(16.0)
+    assert simulate("interleaved", one, two, 2).makespan == pytest.approx(15.0)
+    # the table's ops, empty steps left out, are Megatron's interleaved order wherever P divides m
+    for stages, chunks, m in ((2, 2, 4), (4, 2, 8), (4, 3, 12), (8, 2, 16)):
+        steps = looped_steps(stages, chunks, m)
+        assert [[op for op in row if op is not None] for row in steps] == stage_orders("interleaved", stages, chunks, m)
+    titan = small_run(pp=2, vpp=2, schedule="interleaved", framework="torchtitan")
+    assert framework_rules(titan).p2p_protocol == "torch_looped"
 
 
 def test_deepspeed_two_stages_four_micro_batches_by_hand() -> None:

@@ -16,8 +16,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ppb_core.balance import schedule_times
 from ppb_core.balance.choices import StageChoice
-from ppb_core.balance.makespans import makespans
 from ppb_core.balance.plan import Counts as PlanCounts
 from ppb_core.balance.plan import Plan, empty_counts, freeze
 from ppb_core.balance.problem import BalanceInput
@@ -189,12 +189,8 @@ def improve(
             if not candidates:
                 return best  # no neighbour left, or the evaluation limit reached
             p = plan.problem
-            times = makespans(
-                p.schedule_name,
-                [c.cell_forward for c in candidates],
-                [c.cell_backward for c in candidates],
-                p.micro_batches,
-                p.group,
+            times = schedule_times.iteration_times(
+                p, [c.cell_forward for c in candidates], [c.cell_backward for c in candidates]
             )
             threshold = best.iteration_time - 1e-12 * max(1.0, best.iteration_time)
             for index, (candidate, time) in enumerate(zip(candidates, times, strict=True)):
@@ -279,7 +275,7 @@ def exchange(
                     for s, j in move:
                         array[index, :, s] = times[kind][s][j]
                 arrays[kind] = array
-            values += makespans(p.schedule_name, arrays["F"], arrays["B"], p.micro_batches, p.group)
+            values += schedule_times.iteration_times(p, arrays["F"], arrays["B"])
         threshold = best.iteration_time - 1e-12 * max(1.0, best.iteration_time)
         found = None
         for _, index in sorted((value, index) for index, value in enumerate(values) if value < threshold):

@@ -11,9 +11,10 @@ from dataclasses import dataclass
 from fractions import Fraction
 from functools import cached_property
 
+from ppb_core.balance import schedule_times
 from ppb_core.balance.problem import BalanceInput
 from ppb_core.model.switches import CELL_RANK, OPTIONS
-from ppb_core.schedules import Timeline, closed_form_time, critical_counts, makespan, simulate
+from ppb_core.schedules import Timeline, closed_form_time
 
 Counts = tuple[tuple[tuple[tuple[int, ...], ...], ...], ...]  # [body][chunk][stage][option index]
 
@@ -131,8 +132,7 @@ class Plan:
 
     @cached_property
     def timeline(self) -> Timeline:
-        p = self.problem
-        return simulate(p.schedule_name, self.cell_forward, self.cell_backward, p.micro_batches, group=p.group)
+        return schedule_times.timeline(self.problem, self.cell_forward, self.cell_backward)
 
     @cached_property
     def cell_recompute(self) -> list[list[float]]:
@@ -153,6 +153,7 @@ class Plan:
         p = self.problem
         return {
             "schedule": p.schedule_name,
+            **({"lock_step": True} if p.lock_step else {}),
             "micro_batches": p.micro_batches,
             **({"microbatch_group_size_per_vp_stage": p.group} if p.group is not None else {}),
             "forward": self.cell_forward,
@@ -164,16 +165,14 @@ class Plan:
     @cached_property
     def critical_path_counts(self) -> dict[tuple[str, int, int], int]:
         """How many forwards and backwards of each (kind, chunk, stage) a longest path runs."""
-        p = self.problem
-        return critical_counts(p.schedule_name, self.cell_forward, self.cell_backward, p.micro_batches, p.group)
+        return schedule_times.path(self.problem, self.cell_forward, self.cell_backward)[1]
 
     @cached_property
     def iteration_time(self) -> float:
         """The simulated iteration time: the schedule's critical path for this plan's cells."""
         if "timeline" in self.__dict__:
             return self.timeline.makespan
-        p = self.problem
-        return makespan(p.schedule_name, self.cell_forward, self.cell_backward, p.micro_batches, p.group)
+        return schedule_times.iteration_time(self.problem, self.cell_forward, self.cell_backward)
 
     @property
     def closed_form_time(self) -> float:

@@ -31,12 +31,11 @@ from dataclasses import dataclass, field
 import highspy
 import numpy as np
 
-from ppb_core.balance import highs
+from ppb_core.balance import highs, schedule_times
 from ppb_core.balance.choice_model import ChoiceModel, Path
 from ppb_core.balance.choices import StageChoice
 from ppb_core.balance.problem import BalanceInput
 from ppb_core.balance.progress import Clock
-from ppb_core.schedules import longest_path
 
 # A choice is dropped when its probe's bound is at least the known value × (1 − MARGIN): half the
 # reported gap tolerance (1e-6), the other half left for the LP's own tolerances (1e-7 of τ).
@@ -116,7 +115,7 @@ class PathRelaxation:
                 return value
             forward = [[x[model.duration[("F", v, s)]] * tau for s in range(p.stages)] for v in range(p.chunks)]
             backward = [[x[model.duration[("B", v, s)]] * tau for s in range(p.stages)] for v in range(p.chunks)]
-            longest, counts = longest_path(p.schedule_name, forward, backward, p.micro_batches, p.group)
+            longest, counts = schedule_times.path(p, forward, backward)
             if longest <= value * (1 + CONVERGED) or (longest < cutoff and not settle):
                 return value
             self.add_path({key: float(n) for key, n in counts.items()})

@@ -120,6 +120,14 @@ class BalanceInput:
         return canonical(self.schedule, self.chunks)
 
     @cached_property
+    def lock_step(self) -> bool:
+        """Whether the ranks walk the schedule's time steps in lock step: torchtitan's interleaved schedule
+        over a pipeline (torch 2.6.0 `PipelineScheduleMulti._step_microbatches`, `pipeline_lockstep`), as
+        `timing.iteration` prices it; otherwise each op waits only for its stage and its input
+        (`schedules`). `schedule_times` times the plans by it."""
+        return self.framework == "torchtitan" and self.schedule_name == "interleaved" and self.stages > 1
+
+    @cached_property
     def cells(self) -> list[tuple[int, int]]:
         """(chunk, stage) cells in the model's layer order."""
         return cell_order(self.schedule_name, self.stages, self.chunks)

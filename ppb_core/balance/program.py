@@ -40,7 +40,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from ppb_core.balance import highs
+from ppb_core.balance import highs, schedule_times
 from ppb_core.balance.baselines import uniform_plan
 from ppb_core.balance.bounds import drain_family, family_row, least_max_work, nudged_family
 from ppb_core.balance.cell_model import CellModel, cell_choices
@@ -58,7 +58,6 @@ from ppb_core.balance.progress import Clock, ProgressHook, Reporter, WorkLimits
 from ppb_core.balance.tiebreak import TOLERANCE, break_ties, tie_key
 from ppb_core.balance.torchtitan_settings import settings as torchtitan_settings
 from ppb_core.model.switches import OPTIONS
-from ppb_core.schedules import critical_counts_many
 from ppb_core.units import mb_words
 
 SEED_WEIGHTINGS = 150  # random cell weightings whose critical paths seed the program (fixed seed)
@@ -168,7 +167,7 @@ def _path_seeds(problem: BalanceInput, extra: Sequence[Plan] = (), random_seeds:
     Even cells; each stage heavy; random cell times; random plans; and the given plans. The paths
     that turn out critical for the plans the solver tries are mostly among these, saving rounds.
     """
-    name, stages, chunks, m = problem.schedule_name, problem.stages, problem.chunks, problem.micro_batches
+    stages, chunks, m = problem.stages, problem.chunks, problem.micro_batches
     weightings: list[tuple[Sequence[Sequence[float]], Sequence[Sequence[float]]]] = []
 
     def add(forward: Sequence[Sequence[float]], backward: Sequence[Sequence[float]]) -> None:
@@ -192,7 +191,7 @@ def _path_seeds(problem: BalanceInput, extra: Sequence[Plan] = (), random_seeds:
     # all paths at once (`critical_counts_many`), then the distinct ones in the order of their weightings
     seeds: list[Path] = []
     seen: set[tuple] = set()
-    for counts in critical_counts_many(name, weightings, m, problem.group):
+    for counts in schedule_times.paths(problem, weightings):
         key = tuple(sorted(counts.items()))
         if key not in seen:
             seen.add(key)
@@ -208,7 +207,7 @@ def _nearby_paths(plan: Plan, rng: random.Random, count: int = NEARBY_PATHS) -> 
         forward = [[t * rng.uniform(0.9, 1.1) for t in row] for row in plan.cell_forward]
         backward = [[t * rng.uniform(0.9, 1.1) for t in row] for row in plan.cell_backward]
         weightings.append((forward, backward))
-    return [dict(counts) for counts in critical_counts_many(p.schedule_name, weightings, p.micro_batches, p.group)]
+    return [dict(counts) for counts in schedule_times.paths(p, weightings)]
 
 
 def even_split_best_options(

@@ -16,6 +16,7 @@ from typing import Any
 import pandas as pd
 from matplotlib.figure import Figure
 
+from ppb_core.pipeline_lockstep import lockstep_timeline
 from ppb_core.schedules import simulate
 from ppb_core.tables.report import PLAN_REPORT, stage_memory_mb
 from ppb_core.tables.schema import Summarized
@@ -152,7 +153,11 @@ def timeline_axes(axes: Any, run: Mapping[str, Any], label: str, longest_s: floa
     chunk's forward and backward in its own colour, one legend entry each."""
     forward, backward, recompute = run["forward_s"], run["backward_s"], run["recompute_s"]
     group = run.get("microbatch_group_size_per_vp_stage")
-    timeline = simulate(str(run["schedule"]), forward, backward, int(run["micro_batches"]), group=group)
+    if run.get("lock_step"):  # torchtitan's interleaved schedule, as the balancer timed it (`schedule_times`)
+        free = [[0.0] * len(forward[0]) for _ in forward]
+        timeline = lockstep_timeline(forward, backward, int(run["micro_batches"]), free)
+    else:
+        timeline = simulate(str(run["schedule"]), forward, backward, int(run["micro_batches"]), group=group)
     stages, chunks = len(timeline.orders), len(forward)
     # one collection per (kind, chunk, stage): a collection per bar made matplotlib rescale over
     # every bar drawn so far, quadratic in the bars (DeepSeek-V3's 24,000 took 8 minutes)

@@ -264,7 +264,7 @@ def framework_rules(run: RunConfig) -> FrameworkRules:
       (parallelize.py: the "default" policy), and with a pipeline the schedule skips gradient sync
       until the last micro-batch; without one, every micro-batch's backward reduce-scatters.
       Pipeline sends: Schedule1F1B's batched sends and receives (`ppb_core.pipeline_p2p`, torch_1f1b);
-      the looped schedules' isend/irecv in the background.
+      the looped schedules' time steps in lock step (torch_looped, `ppb_core.pipeline_lockstep`).
     - MindFormers (MindSpore): synchronous send/receive in its pipeline; optimizer parallelism as a
       distributed optimizer; gradients reduced and parameters gathered in MindSpore's fused communication
       ops, one per fusion id MindFormers sets (`mindspore_fusion_id`, `timing.gradient_aggregation_group`).
@@ -275,7 +275,7 @@ def framework_rules(run: RunConfig) -> FrameworkRules:
     dp = run.parallel.dp * run.parallel.cp
     bucket = max(MEGATRON_MIN_BUCKET, MEGATRON_BUCKET_PER_RANK * dp)
     if name == "torchtitan":
-        protocol = "" if interleaved else "torch_1f1b"  # its looped schedules: the receiver waits
+        protocol = "torch_looped" if interleaved else "torch_1f1b"
         return FrameworkRules(name, False, not pipelined, not pipelined, not pipelined, 0, p2p_protocol=protocol)
     if name == "mindformers":
         groups = run.timing.gradient_aggregation_group or MINDFORMERS_GRADIENT_AGGREGATION_GROUP
