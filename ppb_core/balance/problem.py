@@ -49,6 +49,9 @@ class BalanceInput:
     # What the constant and the ends' descriptions charge a stage beyond the workspaces of the kinds it
     # runs (`stage_workspace.py`: TE's dummy weight gradients per weight shape); None: nothing
     workspace: StageWorkspace | None = None
+    # Time by the op graph even where torch walks the lock step (`lock_step`): the lock step only adds waits
+    # to the op graph's precedences where pp divides m, so a bound solved here bounds it (`program._none_floor`)
+    op_graph: bool = False
 
     def __post_init__(self) -> None:
         for name, value in (
@@ -125,7 +128,12 @@ class BalanceInput:
         over a pipeline (torch 2.6.0 `PipelineScheduleMulti._step_microbatches`, `pipeline_lockstep`), as
         `timing.iteration` prices it; otherwise each op waits only for its stage and its input
         (`schedules`). `schedule_times` times the plans by it."""
-        return self.framework == "torchtitan" and self.schedule_name == "interleaved" and self.stages > 1
+        return (
+            self.framework == "torchtitan"
+            and self.schedule_name == "interleaved"
+            and self.stages > 1
+            and not self.op_graph
+        )
 
     @cached_property
     def cells(self) -> list[tuple[int, int]]:
