@@ -28,11 +28,12 @@ from ppb_core.model.switches import OPTIONS
 from ppb_core.payload.sapp import layer_set
 from ppb_core.pipeline_lockstep import (
     lockstep_timeline,
+    looped_steps,
     step_counts_many,
     step_longest_path,
     step_makespans,
 )
-from ppb_core.schedules import in_flight_vectors, makespan
+from ppb_core.schedules import in_flight_vectors, makespan, simulate
 
 FULL, NONE = OPTIONS.index("FULL"), OPTIONS.index("NONE")
 
@@ -238,6 +239,47 @@ def test_the_plan_is_the_fastest_in_lock_step_of_every_plan_torchtitan_runs(
     assert solution.status == "optimal" and solution.plan is not None
     assert solution.objective == pytest.approx(expected, rel=1e-9)
     assert solution.plan.iteration_time == pytest.approx(expected, rel=1e-9)
+
+
+@pytest.mark.parametrize("stages", [2, 3, 4])
+@pytest.mark.parametrize("chunks", [2, 3])
+def test_where_pp_divides_m_the_lock_step_only_adds_waits_to_the_op_graph(stages: int, chunks: int) -> None:
+    # Why the op graph's makespan bounds the lock step's at every op time (`program._none_floor_reaches`),
+    # for m = P, 2P, 3P: (1) each rank runs torch's table in the op graph's order on it (Megatron's
+    # interleaved order, groups of P: `schedules`), a rank's step never starting before its previous step
+    # ended; (2) each op's input (a forward's from the model stage before, a backward's from the one after,
+    # the last stage's backward from its own forward) comes from an op at an earlier step, whose end the
+    # consumer's rank waits for at that step. So the lock step's starts satisfy every precedence of the
+    # op graph, whose longest path is the least makespan doing so.
+    for m in (stages, 2 * stages, 3 * stages):
+        unit = [[1.0] * stages for _ in range(chunks)]
+        orders = simulate("interleaved", unit, unit, m).orders
+        grid = looped_steps(stages, chunks, m)
+        for rank in range(stages):
+            assert [op for op in grid[rank] if op is not None] == list(orders[rank])
+        step = {
+            (op.kind, op.chunk, rank, op.micro_batch): t
+            for rank, row in enumerate(grid)
+            for t, op in enumerate(row)
+            if op
+        }
+        assert len(step) == 2 * chunks * stages * m
+        last = chunks * stages - 1
+        for (kind, chunk, rank, i), t in step.items():
+            index = chunk * stages + rank  # the stage along the model
+            if kind == "F" and index > 0:
+                before = index - 1
+                assert step[("F", before // stages, before % stages, i)] < t
+            elif kind == "B" and index < last:
+                after = index + 1
+                assert step[("B", after // stages, after % stages, i)] < t
+            elif kind == "B":
+                assert step[("F", chunk, rank, i)] < t
+    # where pp does not divide m torch runs one round of m in its own order: not the op graph's
+    unit = [[1.0] * stages for _ in range(chunks)]
+    grid = looped_steps(stages, chunks, 3 * stages // 2)
+    orders = simulate("interleaved", unit, unit, 3 * stages // 2).orders
+    assert any([op for op in grid[rank] if op is not None] != list(orders[rank]) for rank in range(stages))
 
 
 @settings(max_examples=16, deadline=None, suppress_health_check=[HealthCheck.too_slow])
