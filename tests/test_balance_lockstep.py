@@ -320,5 +320,5 @@ def test_the_none_floor_never_exceeds_the_fastest_plan_in_lock_step(
         assert _none_floor(graph, True, WorkLimits(), clock, report) <= fastest * (1 + 1e-9)
     # nothing proves every plan slower than a time one of them runs in, whichever floor is solved
     floors: dict[bool, float] = {}
-    assert not _none_floor_reaches(problem, fastest * (1 + 1e-9), floors, True, WorkLimits(), clock, report)
+    assert not _none_floor_reaches(problem, fastest * (1 + 1e-9), floors, [], True, WorkLimits(), clock, report)
     assert all(floor <= fastest * (1 + 1e-9) for floor in floors.values())

@@ -688,7 +688,8 @@ def _torchtitan(
             # no plan under it beats the best so far, nor ties it with less recompute than the none
             # setting's plan (none): not listed
             level = 1 - TOLERANCE if best is not None and best[1].name == "none" else 1 + TOLERANCE
-            if _none_floor_reaches(problem, bar * level, floors, exact, shared, clock, report):
+            known = [best[0].plan] if best is not None and best[1].name == "none" and best[0].plan else []
+            if _none_floor_reaches(problem, bar * level, floors, known, exact, shared, clock, report):
                 passed.append(setting.num_layers)
                 cut = True
                 continue
@@ -786,6 +787,7 @@ def _none_floor_reaches(
     problem: BalanceInput,
     target: float,
     floors: dict[bool, float],
+    known: Sequence[Plan],
     exact: bool,
     limits: WorkLimits,
     clock: Clock,
@@ -793,10 +795,12 @@ def _none_floor_reaches(
 ) -> bool:
     """Whether `_none_floor` proves every plan whose layers each take at least NONE's backward no faster
     than *target*. Under torch's lock step with pp dividing m, first the op graph's floor, the cheaper solve
-    (session 27: 8B PP 2 × 4 chunks, the lock step's solve 16.9 CPU s against 7.7): the lock step only adds
-    waits to its precedences, so it bounds the lock step too; the lock step's own, the tighter, where the op
-    graph's falls short. A floor is solved once (*floors*, keyed by op graph), and only where it could reach
-    *target*: it is at most the time of any none plan, so not while the even split's runs below it."""
+    (session 27: Llama-3.1-8B PP 2 × 4 chunks, the lock step's solve 16.9 CPU s, the op graph's 7.7): the
+    lock step only adds waits to its precedences there (each rank runs the op graph's order, every input
+    exchanged at an earlier step), so it bounds the lock step too; the lock step's own, the tighter, where
+    the op graph's falls short. A floor is solved once (*floors*, keyed by op graph), and only where it could reach
+    *target*: it is at most the time of any none plan, so not while the even split's, or one of *known*
+    (none plans), runs below it there."""
     bodies = problem.layers.bodies
     if any(body.backward_time.get("FULL", math.inf) < body.backward_time.get("NONE", math.inf) for body in bodies):
         return False
@@ -804,8 +808,8 @@ def _none_floor_reaches(
     for op_graph in (True, False) if lock_step else (False,):
         free = replace(problem, memory_mb=1e15, op_graph=op_graph)
         if op_graph not in floors:
-            even = setting_plan(free, Setting("none"))
-            if not even.problems() and even.iteration_time < target:
+            witnesses = [setting_plan(free, Setting("none")), *(Plan(free, plan.counts) for plan in known)]
+            if any(not plan.problems() and plan.iteration_time < target for plan in witnesses):
                 continue
             floors[op_graph] = _none_floor(free, exact, limits, clock, report)
         if floors[op_graph] >= target:
