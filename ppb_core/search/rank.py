@@ -340,8 +340,11 @@ def _start(spec: SearchSpec) -> None:
 
 def _start_worker(spec: SearchSpec) -> None:
     """A worker process's start: Ctrl-C is the search's to handle (it ends the workers, `_Workers.close`), not
-    each worker's, which printed a traceback apiece."""
+    each worker's, which printed a traceback apiece. SIGTERM ends it, whatever it inherited: `Pool.terminate`
+    ends workers by SIGTERM, and a process started with SIGINT ignored (a shell's background job) runs Dagster
+    ignoring SIGTERM, which the forkserver and its workers inherit; terminate then waited on them forever."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
     _start(spec)
 
 
