@@ -251,3 +251,41 @@ def test_a_mindformers_run_config_s_plan_is_said_in_its_yaml_not_as_megatron_fla
     assert main(["check", str(run), "--plan", str(plan), "-q"]) in (0, 1)
     out = capsys.readouterr().out
     assert "the balancer's plan" in out and "Megatron-LM" not in out
+
+
+def test_a_uniform_split_fits_by_the_peak_beside_it_and_the_gain_is_over_one_that_fits(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """configs/llama3-8b.yaml on 30,500 MB devices, 4,000 reserved: 26,500 MB usable. Every layer under NONE split
+    8|8|8|8 (`--pipeline-model-parallel-layout 'Et*8|t*8|t*8|t*8L'`, no recompute flags) is what `ppb check` prices
+    at 26,139 MB on stage 0 (its backward), so it fits by 361 MB; the balancer's own charge of that stage is 26,901
+    MB (the loss's 1,066 MB working set on a stage of bodies, see the test above), over. The uniform-split table
+    said `NONE  no  26,139` beside the 26,500, and stated the gain over SLCT (4.493 s) though NONE is faster.
+    The plan is held to check's peak (`balance.fitting`); so is each split now: NONE fits, and it is the best."""
+    text = (CONFIGS / "llama3-8b.yaml").read_text()
+    text = text.replace("config: hf/llama3-8b.json", f"config: {CONFIGS / 'hf' / 'llama3-8b.json'}")
+    text = text.replace(
+        "device: {name: h100-80gb, reserved_mb: 4000}", "device: {name: h100-80gb, memory_mb: 30500, reserved_mb: 4000}"
+    )
+    run = tmp_path / "tight.yaml"
+    run.write_text(text)
+    layout = "--pipeline-model-parallel-layout 'Et*8|t*8|t*8|t*8L'"
+    assert main(["check", str(run), "--plan", layout, "-q", "--json", "--no-optimum"]) == 0
+    checked = json.loads(capsys.readouterr().out)
+    assert checked["fits"] and round(max(stage["peak_mb"] for stage in checked["stages"])) == 26_139
+    code, out, _ = _run(capsys, str(run), "-q", "--json")
+    assert code == 0
+    balanced = json.loads(out)
+    assert balanced["input"]["memory_mb"] == 26_500
+    none = next(row for row in balanced["baselines"] if row["option"] == "NONE")
+    assert none["peak_memory_mb"] > 26_500  # the balancer's charge, over
+    assert none["peak_mb"] == pytest.approx(max(stage["peak_mb"] for stage in checked["stages"]), abs=1e-6)
+    for row in balanced["baselines"]:  # the verdict is the peak's beside it
+        assert row["feasible"] is (row["peak_mb"] <= 26_500), row["option"]
+    assert balanced["best_baseline"] == "NONE"
+    assert balanced["baseline_iteration"]["seconds"] == pytest.approx(checked["iteration_s"], rel=1e-9)
+    code, out, _ = _run(capsys, str(run), "-q")
+    assert code == 0
+    row = next(line for line in out.splitlines() if line.startswith("│   NONE │"))
+    assert row.split("│")[2].strip() == "yes" and "26,139" in row
+    assert "over the best uniform split" in out and "(NONE)" in out

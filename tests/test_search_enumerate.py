@@ -119,6 +119,26 @@ def test_moe_grid_takes_ep_from_the_experts() -> None:
     assert all(p.etp == 1 and "etp" in p.parallel(spec) for p in points)
 
 
+def test_the_default_ep_grid_holds_only_expert_groups_the_devices_hold() -> None:
+    # 16 routed experts on the tiny spec's 8 devices, tp 1, pp 1 or 2, one schedule (1F1B), ZeRO 1, mbs 1:
+    # the powers of 2 dividing 16 experts are 1, 2, 4, 8, 16; 16 cannot divide 8 devices, so the default grid is
+    # 1, 2, 4, 8. An expert group lies within a stage's dp·cp·tp ranks (run.py `ParallelConfig`): pp 1 holds 8
+    # (ep 1, 2, 4, 8: 4 points), pp 2 holds 4 (ep 1, 2, 4: 3 points; ep 8 is no point). 7 enumerated, none
+    # refused for its expert group (before: ep 16 at both pp and ep 8 at pp 2, 3 more, each refused
+    # "ep·etp does not divide dp·cp·tp").
+    raw = yaml.safe_load((DATA / "tiny-dense.yaml").read_text())
+    raw["models"][0]["spec"].update(num_experts=16, experts_per_token=2, moe_intermediate_size=512)
+    raw["limits"].update(tp=[1], pp=[1, 2], vpp=[1], zero=[1], micro_batch_size=[1])
+    spec = parse_search_spec(raw, "moe.yaml", DATA)
+    points = list(enumerate_strategies(spec))
+    assert sorted((p.pp, p.ep) for p in points) == [(1, 1), (1, 2), (1, 4), (1, 8), (2, 1), (2, 2), (2, 4)]
+    _, refused = verdicts(spec)
+    assert not [reason for reason in refused if "ep·etp" in reason]
+    # a listed ep too: 8 at pp 2 is no point, whatever the list says
+    raw["limits"]["ep"] = [8]
+    assert [(p.pp, p.ep) for p in enumerate_strategies(parse_search_spec(raw, "moe.yaml", DATA))] == [(1, 8)]
+
+
 def test_all_gather_cp_is_searched_beside_the_ring() -> None:
     # cp 2 beside 1 with both variants: cp 1 runs one variant, cp 2 each; the cp 2 points under all_gather
     # are labelled cp2ag and validate as the ring's do (framework megatron; 4096 tokens in 2·cp chunks).
@@ -156,14 +176,14 @@ def test_the_combined_1f1b_is_a_dimension_where_megatron_core_takes_it() -> None
     # tiny-moe-overlap: tp 1, pp 1 or 2, vpp 1 or 2, ep 2 or 8. Megatron-Core asserts ep > 1 and, with pp > 1,
     # virtual stages for --overlap-moe-expert-parallel-comm (transformer_config.py __post_init__, d98e8a64), so
     # the combined 1F1B is offered at pp 1 (1F1B) and pp 2 interleaved, not pp 2 1F1B: pp 1, 2 ep × 2 = 4 points;
-    # pp 2: 1F1B 2 ep × 1 + interleaved 2 ep × 2 = 6; 10 in all. ep 8 at pp 2 (dp 4) does not divide dp·cp·tp:
-    # its 1F1B and two interleaved points refused, 7 valid.
+    # pp 2: ep 8 at pp 2 (dp 4) does not divide dp·cp·tp = 4, so it is not a point (no whole expert group);
+    # 1F1B ep 2 × 1 + interleaved ep 2 × 2 = 3; 7 in all, every one valid.
     raw = yaml.safe_load((DATA / "tiny-moe-overlap.yaml").read_text())
     spec = parse_search_spec(raw, DATA / "tiny-moe-overlap.yaml", DATA)
     assert spec.ep_overlap_choices == (False, True)
-    assert len(list(enumerate_strategies(spec))) == 10
+    assert len(list(enumerate_strategies(spec))) == 7
     valid, refused = verdicts(spec)
-    assert len(valid) == 7 and sum(refused.values()) == 3
+    assert len(valid) == 7 and sum(refused.values()) == 0
     combined = sorted(point.label(spec) for point in valid if point.ep_overlap)
     assert combined == [
         "tp1-cp1-pp1-dp8-ep2ov-z1-b1m2-r0",
@@ -179,12 +199,12 @@ def test_the_combined_1f1b_is_a_dimension_where_megatron_core_takes_it() -> None
         run = validate(spec, point)
         assert run.parallel.overlap_moe_expert_parallel_comm is point.ep_overlap
         assert run.timing.delay_wgrad_compute is point.ep_overlap
-    # listed off alone, or not listed (the default, off): 10 less the 4 combined points
+    # listed off alone, or not listed (the default, off): pp 1 ep 2, 8; pp 2 1F1B ep 2; interleaved ep 2: 4
     raw.pop("timing")
     for listed in ([False], None):
         raw["limits"]["ep_overlap"] = listed
         raw["limits"] = {key: value for key, value in raw["limits"].items() if value is not None}
-        assert len(list(enumerate_strategies(parse_search_spec(raw, DATA / "tiny-moe-overlap.yaml", DATA)))) == 6
+        assert len(list(enumerate_strategies(parse_search_spec(raw, DATA / "tiny-moe-overlap.yaml", DATA)))) == 4
     assert tiny().ep_overlap_choices == (False,)
 
 

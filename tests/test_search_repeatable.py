@@ -6,6 +6,7 @@ import json
 import math
 import multiprocessing
 import re
+import signal
 from pathlib import Path
 from typing import Any
 
@@ -159,3 +160,19 @@ def test_a_search_ended_by_ctrl_c_drops_its_pools_tasks(monkeypatch: pytest.Monk
     with pytest.raises(KeyboardInterrupt):
         search(load_search_spec(DATA / "tiny-dense.yaml"), workers=2, progress=interrupt)
     assert made and made[0].pool is not None and made[0].pool._state == "TERMINATE"
+
+
+def test_a_pool_worker_ends_on_sigterm_though_its_parent_ignored_it() -> None:
+    """`Pool.terminate` ends workers by SIGTERM; a forkserver started from a process ignoring SIGTERM (Dagster
+    does, under a shell's background job's ignored SIGINT) passes SIG_IGN on, and terminate waited forever on
+    workers blocked on the task queue's lock (the suite hung in the Ctrl-C test above). A worker's start puts
+    SIGTERM back to its default, and ignores SIGINT."""
+    saved = {number: signal.getsignal(number) for number in (signal.SIGINT, signal.SIGTERM)}
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)  # what such a worker inherits
+    try:
+        rank._start_worker(load_search_spec(DATA / "tiny-dense.yaml"))
+        assert signal.getsignal(signal.SIGTERM) == signal.SIG_DFL
+        assert signal.getsignal(signal.SIGINT) == signal.SIG_IGN
+    finally:
+        for number, handler in saved.items():
+            signal.signal(number, handler)

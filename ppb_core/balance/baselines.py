@@ -2,13 +2,19 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from ppb_core.balance.outputs import cells
 from ppb_core.balance.plan import Plan, empty_counts, freeze
 from ppb_core.balance.problem import BalanceInput
 from ppb_core.model.switches import OPTIONS
 from ppb_core.model.walk import uniform_split
+
+# MB a plan's fullest stage needs beyond its problem's memory (negative: every stage fits), from the problem's
+# `describe()` and the plan's `outputs.cells`: a run config's memory model (`estimate.plan.plan_overrun_mb`)
+Overrun = Callable[[Mapping[str, Any], Sequence[Sequence[Mapping[str, Any]]]], float]
 
 
 def uniform_layer_counts(problem: BalanceInput) -> dict[tuple[int, int], int]:
@@ -51,10 +57,16 @@ def uniform_plan(problem: BalanceInput, option: str) -> Plan:
 class Baseline:
     option: str
     plan: Plan
+    # the memory model's overrun of the split (`Overrun`) where the caller holds plans to it, else None
+    overrun_mb: float | None = None
 
     @property
     def feasible(self) -> bool:
-        return self.plan.fits
+        """Whether the split fits by what the plan is held to: the memory model's peak where the caller gave
+        it (`balance.fitting` holds a run config's plan to it), else the balancer's own charge. By the charge
+        alone a split could say "fits: no" beside a memory-model peak under the device, and the gain be
+        stated over a slower split than the fastest one `ppb check` accepts."""
+        return self.plan.fits if self.overrun_mb is None else self.overrun_mb <= 0
 
     @property
     def iteration_time(self) -> float:
@@ -64,6 +76,7 @@ class Baseline:
         return {
             "option": self.option,
             "feasible": self.feasible,
+            "feasible_by": "charge" if self.overrun_mb is None else "peak",
             "iteration_time": self.iteration_time,
             "peak_memory_mb": self.plan.peak_memory_mb,
             "layers_per_cell": [
@@ -74,9 +87,15 @@ class Baseline:
         }
 
 
-def baselines(problem: BalanceInput) -> list[Baseline]:
-    """A uniform split under each option the descriptions consider, simulated."""
-    return [Baseline(option, uniform_plan(problem, option)) for option in problem.options]
+def baselines(problem: BalanceInput, overrun: Overrun | None = None) -> list[Baseline]:
+    """A uniform split under each option the descriptions consider, simulated; with *overrun*, each judged
+    by it (`Baseline.feasible`)."""
+    found = []
+    for option in problem.options:
+        plan = uniform_plan(problem, option)
+        over = None if overrun is None else overrun(problem.describe(), cells(plan))
+        found.append(Baseline(option, plan, over))
+    return found
 
 
 def best_feasible(found: list[Baseline]) -> Baseline | None:

@@ -19,7 +19,7 @@ import dataclasses
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from ppb_core.balance.baselines import baselines, best_feasible
+from ppb_core.balance.baselines import Overrun, baselines, best_feasible
 from ppb_core.balance.megatron import Setting
 from ppb_core.balance.outputs import cells
 from ppb_core.balance.plan import Plan
@@ -36,15 +36,16 @@ def priced(price: PriceFn, plan: Plan) -> float:
     return price(plan.problem.describe(), cells(plan))
 
 
-def prefer_uniform(solution: Solution, price: PriceFn) -> Solution:
+def prefer_uniform(solution: Solution, price: PriceFn, overrun: Overrun | None = None) -> Solution:
     """*solution*, or the same with its plan replaced by the best feasible uniform split when *price*
-    (an iteration in seconds) says the uniform split is faster; the note says by how much."""
+    (an iteration in seconds) says the uniform split is faster; the note says by how much. *overrun*: what
+    the splits' fit is judged by, as `report` judges them (`baselines.Baseline.feasible`)."""
     plan, problem = solution.plan, solution.problem
     if plan is None or solution.stopped_by == "cutoff" or problem.mtp_cell is not None:
         # MTP apart: the uniform split it is compared with is the fused problem's (`mtp_apart`), whose
         # own report made this choice
         return solution
-    best = best_feasible(baselines(problem))
+    best = best_feasible(baselines(problem, overrun))
     if best is None or best.plan.counts == plan.counts:
         return solution
     setting = solution.setting

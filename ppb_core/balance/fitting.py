@@ -13,16 +13,15 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable
 from typing import Any
 
+from ppb_core.balance.baselines import Overrun
 from ppb_core.balance.mtp_apart import faster_placement
 from ppb_core.balance.problem import BalanceInput
 
 # Each round adds at least the overrun found, so a few suffice; past them the plan is kept and says so.
 ROUNDS = 4
-
-Overrun = Callable[[Mapping[str, Any], Sequence[Sequence[Mapping[str, Any]]]], float]
 
 
 def fitting_placement(

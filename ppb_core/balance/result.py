@@ -6,7 +6,7 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
-from ppb_core.balance.baselines import baselines, best_feasible
+from ppb_core.balance.baselines import Overrun, baselines, best_feasible
 from ppb_core.balance.faster_uniform import PriceFn, prefer_uniform
 from ppb_core.balance.megatron import quoted
 from ppb_core.balance.outputs import cells, group_flags, megatron, stage_rows, to_yaml, virtual_stages
@@ -20,19 +20,26 @@ from ppb_core.errors import InputError
 MAX_INTERLEAVE = 4
 
 
-def report(solution: Solution, modules: Sequence[str] | None = None, price: PriceFn | None = None) -> dict[str, Any]:
+def report(
+    solution: Solution,
+    modules: Sequence[str] | None = None,
+    price: PriceFn | None = None,
+    overrun: Overrun | None = None,
+) -> dict[str, Any]:
     """The JSON of one solve (the `ppb balance --json` contract the README states, extended).
 
     *price*: a plan's iteration in seconds (a run config's, `estimate.plan.iteration_price`); with it the
     best uniform split replaces a plan it beats by the iteration (`faster_uniform.prefer_uniform`).
+    *overrun*: the memory model's overrun (`estimate.plan.plan_overrun_mb`) the plan is held to
+    (`balance.fitting`); with it the uniform splits fit by it too, the best of them chosen among those.
 
     Results only: the wall-clock seconds the solve took (`solution.seconds`) are not among them, so the
     same input gives the same bytes on every run; a person reads them in the progress on stderr and in
     `ppb balance`'s text summary."""
     if price is not None:
-        solution = prefer_uniform(solution, price)
+        solution = prefer_uniform(solution, price, overrun)
     p = solution.problem
-    found = baselines(p)
+    found = baselines(p, overrun)
     best = best_feasible(found)
     out: dict[str, Any] = {
         "input": p.describe(),
@@ -139,16 +146,17 @@ def balance(
     cutoff: float = math.inf,
     megatron_cutoff: float = math.inf,
     price: PriceFn | None = None,
+    overrun: Overrun | None = None,
 ) -> dict[str, Any]:
     """Solve one problem, or with `search_interleave` every V in 1..4 the sizes allow, keeping the fastest.
 
     Every V gets the same work limits and what is left of the time limit, so which V wins does
     not depend on the clock unless the clock stops a solve (its `stopped_by` then says so).
-    *cutoff* and *megatron_cutoff*: as `program.solve` takes them; *price*: as `report` takes it.
+    *cutoff* and *megatron_cutoff*: as `program.solve` takes them; *price* and *overrun*: as `report` takes them.
     """
     cuts = {"cutoff": cutoff, "megatron_cutoff": megatron_cutoff}
     if not search_interleave:
-        return report(solve(problem, time_limit, exact, progress, limits, modules, **cuts), modules, price)
+        return report(solve(problem, time_limit, exact, progress, limits, modules, **cuts), modules, price, overrun)
     clock = Clock(time_limit)
     candidates = []
     for chunks in range(1, MAX_INTERLEAVE + 1):
@@ -167,7 +175,9 @@ def balance(
         if clock.out:
             searched.append({"interleave": chunks, "status": "skipped", "message": "the time limit ran out"})
             continue
-        result = report(solve(candidate, clock.remaining, exact, progress, limits, modules, **cuts), modules, price)
+        result = report(
+            solve(candidate, clock.remaining, exact, progress, limits, modules, **cuts), modules, price, overrun
+        )
         searched.append(
             {
                 "interleave": chunks,

@@ -169,13 +169,14 @@ def pipeline_plan(
     limits = None if work == 1 else WorkLimits().scaled(work)
     # a Megatron run with MTP layers: also the MTP layers apart from the loss (described again with
     # the TAIL split, `payload.describe.describe_mtp_apart`), the faster plan kept
+    overrun = plan_overrun_mb(run)  # the plan fits as the report re-evaluates it (`balance.fitting`)
     result = fitting_placement(
         problem,
         standalone_problem(run, problem),
         lambda placed, **cuts: balance(
-            placed, time_limit_s, progress=hook, price=iteration_price(run), limits=limits, **cuts
+            placed, time_limit_s, progress=hook, price=iteration_price(run), overrun=overrun, limits=limits, **cuts
         ),
-        plan_overrun_mb(run),  # the plan fits as the report re-evaluates it (`balance.fitting`)
+        overrun,
     )
     add_torchtitan(result, run)  # a torchtitan run's job TOML lines, as `ppb balance` prints
     # in seconds, each stage's peak as `ppb check` prices the plan: what `ppb balance RUN.yaml` gives

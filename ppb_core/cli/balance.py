@@ -195,6 +195,9 @@ def run(args: argparse.Namespace) -> int:
     # a Megatron run with MTP layers: also the MTP layers apart from the loss, the faster kept
     apart = standalone_problem(run_config, problem) if run_config is not None else None
     work = None if args.work == 1 else WorkLimits().scaled(args.work)
+    # the plan fits as `ppb check` prices it (`balance.fitting`), unless the user set the constant; the uniform
+    # splits are judged by the same (`baselines.Baseline.feasible`)
+    overrun = plan_overrun_mb(run_config) if run_config is not None and args.constant_memory is None else None
     started = time.perf_counter()
     with progress_hook(args.quiet, unit_s) as hook:
         result = fitting_placement(
@@ -209,11 +212,11 @@ def run(args: argparse.Namespace) -> int:
                 modules=selective_modules(run_config),
                 # the best uniform split replaces a plan it beats by the iteration (`faster_uniform`)
                 price=iteration_price(run_config) if run_config is not None else None,
+                overrun=overrun,
                 limits=work,
                 **cuts,
             ),
-            # the plan fits as `ppb check` prices it (`balance.fitting`), unless the user set the constant
-            plan_overrun_mb(run_config) if run_config is not None and args.constant_memory is None else None,
+            overrun,
         )
     solve_s = time.perf_counter() - started  # wall clock: the text summary's, never the JSON's (not repeatable)
     if result.get("cells"):  # with no plan the refusal below says what stopped it
@@ -414,14 +417,18 @@ def render(result: dict[str, Any], solve_s: float) -> None:
             f"simulated iteration {timed(time_of(result, 'simulated_time'), 1)}{unit}; closed form "
             f"{seconds(time_of(closed, 'value'))} (its optimum {seconds(time_of(closed, 'optimum'))})"
         )
+    # `fits` says what the MB beside it says: the memory model's peak where the plan is held to it (a run config,
+    # `balance.fitting`; `with_stage_peaks` gave the peak), else the balancer's own charge (a layers.json, or the
+    # constant the user set), the best split chosen by the same (`baselines.Baseline.feasible`)
+    by_peak = all(row.get("feasible_by") == "peak" and "peak_mb" in row for row in result["baselines"])
     table = Table(title="uniform split, one option for every layer")
-    for name in ("option", "fits", "peak MB", "layers s" if in_s else "iteration"):
+    for name in ("option", "fits", "peak MB" if by_peak else "memory MB", "layers s" if in_s else "iteration"):
         table.add_column(name, justify="right")
     for row in result["baselines"]:
         table.add_row(
             row["option"],
             "yes" if row["feasible"] else "no",
-            f"{row.get('peak_mb', row['peak_memory_mb']):,.0f}",  # the memory model's, where `with_stage_peaks` gave it
+            f"{row['peak_mb'] if by_peak else row['peak_memory_mb']:,.0f}",
             timed(time_of(row, "iteration_time"), 1),
         )
     console.print(table)

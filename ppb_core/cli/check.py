@@ -66,14 +66,21 @@ def check(args: argparse.Namespace) -> dict[str, Any]:
         )
     if not args.no_optimum:
         problem = run_problem(run, describe_run(run))
+        overrun = plan_overrun_mb(run)  # the optimum as this check prices it fits (`balance.fitting`)
         with progress_hook(args.quiet, unit_s) as hook:
             result = fitting_placement(
                 problem,
                 standalone_problem(run, problem),
                 lambda placed, **cuts: balance(
-                    placed, args.time_limit, progress=hook, modules=modules, price=iteration_price(run), **cuts
+                    placed,
+                    args.time_limit,
+                    progress=hook,
+                    modules=modules,
+                    price=iteration_price(run),
+                    overrun=overrun,
+                    **cuts,
                 ),
-                plan_overrun_mb(run),  # the optimum as this check prices it fits (`balance.fitting`)
+                overrun,
             )
         warn_if_clock_stopped("ppb check", result, args.time_limit)
         add_torchtitan(result, run)  # a torchtitan run's job TOML lines for the optimum

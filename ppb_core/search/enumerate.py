@@ -4,8 +4,10 @@ A strategy is one point of the grid: tp (with sequence parallelism), cp, pp, the
 degree dp = devices / (tp·cp·pp), ep and etp for MoE models, vpp with a schedule that runs it,
 ZeRO stage or FSDP, micro-batch size, micro-batches from the global batch, and a recompute
 setting. Products tp·cp·pp that do not divide the devices are not strategies (no whole dp) and are
-not counted; neither are schedule/vpp pairs that do not go together (1F1B and GPipe run one chunk,
-the interleaved schedule two or more, DualPipeV exactly two). Every other point is enumerated, and
+not counted; neither are ep·etp that do not divide a stage's dp·cp·tp ranks (no whole expert group:
+the default ep grid holds only sizes dividing the experts and the devices) nor schedule/vpp pairs that
+do not go together (1F1B and GPipe run one chunk, the interleaved schedule two or more, DualPipeV exactly
+two). Every other point is enumerated, and
 is either refused — by the global batch (it does not split into dp·micro_batch_size) or by the
 run-config validator — or valid (a listed size that crosses a node or cannot divide the devices is
 the spec's error: `ppb_core.search.spec`). Refusals are
@@ -233,7 +235,11 @@ def grid(spec: SearchSpec) -> Grid:
     tp = limits.tp or [t for t in _powers_of_two(node) if not limits.tp_within_node or node % t == 0]
     pp = limits.pp or _divisors(spec.devices, spec.total_body_layers)
     if experts:
-        ep = limits.ep or [e for e in _powers_of_two(min(experts)) if all(n % e == 0 for n in experts)]
+        # default: the powers of two dividing every model's routed experts and the devices (an expert group lies
+        # within the devices, `_points`), so no size the devices cannot hold is enumerated
+        ep = limits.ep or [
+            e for e in _powers_of_two(min(experts)) if all(n % e == 0 for n in experts) and spec.devices % e == 0
+        ]
         etp = limits.etp or [1]
     else:
         ep, etp = [1], [0]  # a dense model has no expert tensor parallelism: etp follows tp
@@ -355,6 +361,10 @@ def _points(
         if spec.devices % (tp * cp * pp):
             continue
         dp = spec.devices // (tp * cp * pp)
+        if (dp * cp * tp) % (ep * expert_tp):
+            # the expert groups lie within a stage's dp·cp·tp ranks (`ParallelConfig`'s rule, run.py): ep·etp not
+            # dividing them is not a strategy, as tp·cp·pp not dividing the devices is not (no whole group)
+            continue
         for schedule, vpp in schedule_pairs(g.schedules, g.vpp, pp):
             micro_batches = batch // (dp * mbs) if batch % (dp * mbs) == 0 else 0
             groups = microbatch_groups(g.microbatch_group, pp, micro_batches) if schedule == "interleaved" else (0,)

@@ -236,6 +236,7 @@ def evaluate(
         # fast; `megatron_said` solves it for a ranked plan written out. The apart placement's solve is cut
         # off at the fused plan's time (`mtp_apart.faster_placement`): it costs a search only where it wins.
         limits = work_limits(spec.search.balance_work)
+        overrun = plan_overrun_mb(run)
         result = fitting_placement(
             problem,
             apart,
@@ -243,8 +244,9 @@ def evaluate(
                 solve(placed, spec.search.balance_time_limit_s, limits=limits, megatron_settings=False, cutoff=cutoff),
                 modules,
                 price,  # the best uniform split replaces a plan it beats by the iteration (`faster_uniform`)
+                overrun,  # the uniform splits fit as the plan must (`baselines.Baseline.feasible`)
             ),
-            plan_overrun_mb(run),  # the plan fits as `ppb check` prices it (`balance.fitting`)
+            overrun,  # the plan fits as `ppb check` prices it (`balance.fitting`)
         )
         if solved is not None:
             solved[key] = result
@@ -307,6 +309,7 @@ def megatron_said(spec: SearchSpec, entry: Ranked) -> dict[str, Any]:
     problem = run_problem(run, describe_run(run))
     modules = selective_modules(run)
     limits = work_limits(spec.search.balance_work)
+    overrun = plan_overrun_mb(run)
     result = fitting_placement(  # both MTP placements, as the ranked plan was balanced (`evaluate`)
         problem,
         standalone_problem(run, problem),
@@ -314,8 +317,9 @@ def megatron_said(spec: SearchSpec, entry: Ranked) -> dict[str, Any]:
             solve(placed, spec.search.balance_time_limit_s, limits=limits, selective_modules=modules, **cuts),
             modules,
             Pricer(run, TimeModel(run), MemoryModel(run)).seconds,
+            overrun,
         ),
-        plan_overrun_mb(run),
+        overrun,
     )
     return in_seconds(result, time_unit_s(run, problem.describe()))["megatron"]
 
@@ -340,8 +344,11 @@ def _start(spec: SearchSpec) -> None:
 
 def _start_worker(spec: SearchSpec) -> None:
     """A worker process's start: Ctrl-C is the search's to handle (it ends the workers, `_Workers.close`), not
-    each worker's, which printed a traceback apiece."""
+    each worker's, which printed a traceback apiece. SIGTERM ends it, whatever it inherited: `Pool.terminate`
+    ends workers by SIGTERM, and a process started with SIGINT ignored (a shell's background job) runs Dagster
+    ignoring SIGTERM, which the forkserver and its workers inherit; terminate then waited on them forever."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
     _start(spec)
 
 
