@@ -666,6 +666,18 @@ GPT_OSS_ATTENTION_LAYER = {
     "intermediate_size": 2880,
 }
 
+# one GPT-OSS 120B MoE layer: 128 experts, top 4, quick-GEGLU with biases and its clamp at 7 (its config.json)
+GPT_OSS_MOE_LAYER = {
+    **GPT_OSS_ATTENTION_LAYER,
+    "activation": "quick_geglu",
+    "num_experts": 128,
+    "experts_per_token": 4,
+    "moe_intermediate_size": 2880,
+    "expert_bias": True,
+    "router_bias": True,
+    "activation_clamp": 7.0,
+}
+
 
 def test_gpt_oss_experts_fc2_bias_is_megatron_s_per_expert_loop():
     # TEGroupedMLP._apply_bias (Megatron-LM 2edffadb52): per local expert t + b·p, then torch.cat. GPT-OSS 120B's
@@ -675,16 +687,7 @@ def test_gpt_oss_experts_fc2_bias_is_megatron_s_per_expert_loop():
     # the cat's: 33. Backward (autograd's mul backward writes each product g·p and g·b in full, then sums it to the
     # broadcast input's shape): each product read g and wrote (4), each sum read it (2): 12 bytes an element =
     # 566,231,040; 4 kernels an expert: 64.
-    spec = {
-        **GPT_OSS_ATTENTION_LAYER,
-        "activation": "quick_geglu",
-        "num_experts": 128,
-        "experts_per_token": 4,
-        "moe_intermediate_size": 2880,
-        "expert_bias": True,
-        "router_bias": True,
-        "activation_clamp": 7.0,
-    }
+    spec = GPT_OSS_MOE_LAYER
     ops = {op.name: op for op in ops_of(spec_run(spec, s=4096, dp=8, ep=8))}
     bias = ops["experts_bias"]
     assert (bias.bytes, bias.backward_bytes, bias.launches) == (566_231_040, 566_231_040, (33.0, 64.0))
@@ -712,16 +715,7 @@ def test_gpt_oss_fc2_bias_under_hybridep_runs_in_fp32():
     # 1,321,205,760; kernels 2 an expert, the cat, the cast: 34. Backward: the output gradient cast up (2 + 4), t's
     # gradient cast down (4 + 2), the two products (4 + 4 each) and their sums (4 each): 36 bytes = 1,698,693,120;
     # kernels 4 an expert, t's gradient cast and the bias gradient's cast an expert, the cast up: 6 · 16 + 1 = 97.
-    spec = {
-        **GPT_OSS_ATTENTION_LAYER,
-        "activation": "quick_geglu",
-        "num_experts": 128,
-        "experts_per_token": 4,
-        "moe_intermediate_size": 2880,
-        "expert_bias": True,
-        "router_bias": True,
-        "activation_clamp": 7.0,
-    }
+    spec = GPT_OSS_MOE_LAYER
     run = parse_run_config(
         {
             "name": "x",
