@@ -63,3 +63,25 @@ def test_archive_rows_are_a_group_of_their_own(public, rows):
 def test_archive_rows_fit_their_devices(public, rows):
     # the runs trained: ppb's peak of each must fit its device (bench/public_runs.py `over_device`)
     assert public.over_device(list(rows.values())) == []
+
+
+def test_nemo_24_07_rows_take_the_launchers_settings(public):
+    rows = {row.name: row for row in public.public_runs() if row.source == public.NEMO_2407}
+    assert len(rows) == 9
+    # GPT3 175B on 128 H100 at 716 tokens/s each: 256 · 2048 / (716 · 128) = 524,288 / 91,648 = 5.7207 s
+    big = rows["NeMo 24.07 GPT3 175B FP8 TP4 PP8 VP6 (128 H100)"]
+    assert big.seconds == pytest.approx(5.7207, rel=1e-4)
+    run = public.config(big)
+    # TP 4 · PP 8 = 32 a replica: DP 4, 256 / 4 = 64 micro-batches; 96 layers over 8 · 6 virtual stages of 2
+    assert (run.parallel.dp, run.parallel.vpp, run.training.micro_batches) == (4, 6, 64)
+    # megatron_gpt_config.yaml's GPT: GPT-2 BPE's 50,257 tokens padded to 128 · TP 4 = 512: 50,688; tied embeddings
+    assert run.vocab_size("llm") == 50688
+    # the 175B yaml leaves ub_tp_comm_overlap False; the example sets fp8 and fp8_hybrid: delayed scaling
+    assert run.timing.overlap.tp == 0.0 and run.timing.fp8_recipe == "delayed"
+    # Megatron-LM 338af51452 (2024-07-23, core_r0.8.0): before 4295be1a6c's tunable schedule (2024-11-01)
+    assert run.send_waits == "core_r0.8"
+    # Llama 3 70B: TP 4 · PP 4 · CP 2 = 32, DP 2, 128 / 2 = 64 micro-batches, the fp8 userbuffers config
+    llama = public.config(rows["NeMo 24.07 Llama 3 70B FP8 TP4 PP4 CP2 VP5 (64 H100)"])
+    assert (llama.parallel.dp, llama.parallel.cp, llama.training.micro_batches) == (2, 2, 64)
+    assert llama.timing.overlap.tp == 1.0 and llama.parallel.sequence_parallel
+    assert public.over_device(list(rows.values())) == []
