@@ -4,7 +4,8 @@
 
 Each pair is two rows of bench/public_runs.py whose Megatron-Bridge recipe function is the same code for
 both parts (llama3_llm_pretrain.py / llama31_llm_pretrain.py `*_config_gb200` and `*_config_gb300` at
-v0.4.2 c81012934, line for line; the 25.11 8B rows' `LLAMA3_8B_*_FP8_CS_BASE_CONFIG` presets at v0.2.0),
+v0.4.2 c81012934 and at the archived releases' tags, line for line; the 25.11 8B rows'
+`LLAMA3_8B_*_FP8_CS_BASE_CONFIG` presets at v0.2.0),
 so what the pair's ratio shows is the parts and whatever else the pair's presets set apart (printed: the
 run-config fields the two rows differ in). For each: the measured seconds of the slower part over the
 faster's, ppb's, and ppb's GEMM seconds' (bench/decompose.py's class). A part whose measured ratio ppb's
@@ -38,6 +39,28 @@ PAIRS: tuple[Pair, ...] = (
     Pair(
         "NeMo 26.04 Llama 3.1 405B MXFP8 TP4 PP16 VP8 (256 GB200)",
         "NeMo 26.04 Llama 3.1 405B MXFP8 TP2 PP8 CP2 VP4 (256 GB300)",
+    ),
+    # the archived releases' tables (bench/_nemo_releases.py): the same presets in 26.02, 26.02.01 and 26.06
+    Pair("NeMo 26.02 Llama 3 70B FP8 FSDP (64 GB200)", "NeMo 26.02 Llama 3 70B FP8 FSDP (64 GB300)"),
+    Pair("NeMo 26.02 Llama 3 70B MXFP8 TP2 PP4 (64 GB200)", "NeMo 26.02 Llama 3 70B MXFP8 PP4 VP5 (64 GB300)"),
+    Pair("NeMo 26.02 Llama 3.1 405B FP8 TP4 PP16 (256 GB200)", "NeMo 26.02 Llama 3.1 405B FP8 TP4 PP8 VP4 (256 GB300)"),
+    Pair(
+        "NeMo 26.02 Llama 3.1 405B MXFP8 TP4 PP16 VP8 (256 GB200)",
+        "NeMo 26.02 Llama 3.1 405B MXFP8 TP2 PP8 CP2 VP4 (256 GB300)",
+    ),
+    Pair("NeMo 26.02.01 Llama 3 70B FP8 FSDP (64 GB200)", "NeMo 26.02.01 Llama 3 70B FP8 FSDP (64 GB300)"),
+    Pair(
+        "NeMo 26.02.01 Llama 3.1 405B FP8 TP4 PP16 (256 GB200)",
+        "NeMo 26.02.01 Llama 3.1 405B FP8 TP2 PP8 CP2 VP4 (256 GB300)",
+    ),
+    Pair(
+        "NeMo 26.02.01 Llama 3.1 405B MXFP8 TP4 PP16 VP8 (256 GB200)",
+        "NeMo 26.02.01 Llama 3.1 405B MXFP8 TP2 PP8 CP2 VP4 (256 GB300)",
+    ),
+    Pair("NeMo 26.06 Llama 3.1 405B FP8 TP4 PP16 (256 GB200)", "NeMo 26.06 Llama 3.1 405B FP8 TP4 PP8 VP4 (256 GB300)"),
+    Pair(
+        "NeMo 26.06 Llama 3.1 405B MXFP8 TP4 PP16 VP8 (256 GB200)",
+        "NeMo 26.06 Llama 3.1 405B MXFP8 TP2 PP8 CP2 VP4 (256 GB300)",
     ),
     Pair("NeMo Llama 3 8B FP8 (8 B200)", "NeMo Llama 3 8B FP8 (8 GB200)"),
     Pair("NeMo Llama 3 8B MXFP8 (8 B200)", "NeMo Llama 3 8B MXFP8 (8 GB200)"),
