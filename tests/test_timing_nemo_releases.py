@@ -85,3 +85,26 @@ def test_nemo_24_07_rows_take_the_launchers_settings(public):
     assert (llama.parallel.dp, llama.parallel.cp, llama.training.micro_batches) == (2, 2, 64)
     assert llama.timing.overlap.tp == 1.0 and llama.parallel.sequence_parallel
     assert public.over_device(list(rows.values())) == []
+
+
+def test_nemo2_rows_take_each_releases_recipe(public):
+    rows = {row.name: row for row in public.public_runs() if row.source.startswith(public.NEMO2)}
+    assert len(rows) == 11
+    # 25.02 Llama 3 70B on 64 B200 at 3,062 tokens/s each: 128 · 8192 / (3062 · 64) = 1,048,576 / 195,968 = 5.3507 s
+    row = rows["NeMo 25.02 Llama 3 70B FP8 TP2 PP4 CP2 VP5 (64 B200)"]
+    assert row.seconds == pytest.approx(5.3507, rel=1e-4)
+    run = public.config(row)
+    # TP 2 · PP 4 · CP 2 = 16: DP 4, 128 / 4 = 32 micro-batches; bf16_with_fp8_mixed: delayed scaling, FP8 gathers;
+    # set_primary_perf_configs: gathers with the step (DP 4, PP 4, VP 5 > 1); the recipe's deferral limit 22
+    assert (run.parallel.dp, run.training.micro_batches, run.timing.fp8_recipe) == (4, 32, "delayed")
+    assert run.timing.fp8_param_gather and run.timing.overlap_param_gather_with_optimizer_step
+    assert run.training.defer_embedding_wgrad_compute and run.training.wgrad_deferral_limit == 22
+    assert run.timing.check_for_nan_in_grad  # the recipes' DistributedDataParallelConfig
+    # 25.04 Llama 3 70B under Megatron FSDP (the csv's use_mcore_fsdp): no FP8 gathers, no deferral, no wgrad fusion;
+    # 64 GPUs in one GB200 segment (16 nodes, `slurm_executor` segments only beyond 18)
+    fsdp = public.config(rows["NeMo 25.04 Llama 3 70B FP8 FSDP (64 GB200)"])
+    assert fsdp.parallel.fsdp and not fsdp.timing.fp8_param_gather and not fsdp.training.defer_embedding_wgrad_compute
+    assert (fsdp.timing.fp8_recipe, fsdp.parallel.devices_per_node) == ("tensorwise", 64)
+    # the csv's cuda_graphs on GB200: MCore's enable_cuda_graph, the local per-layer graphs
+    assert public.config(rows["NeMo 25.04 Llama 3 8B FP8 (8 GB200)"]).timing.cuda_graph_impl == "local"
+    assert public.over_device(list(rows.values())) == []
