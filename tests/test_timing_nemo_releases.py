@@ -78,7 +78,7 @@ def test_nemo_24_07_rows_take_the_launchers_settings(public):
     assert run.vocab_size("llm") == 50688
     # the 175B yaml leaves ub_tp_comm_overlap False; the example sets fp8 and fp8_hybrid: delayed scaling
     assert run.timing.overlap.tp == 0.0 and run.timing.fp8_recipe == "delayed"
-    # Megatron-LM 338af51452 (2024-07-23, core_r0.8.0): before 4295be1a6c's tunable schedule (2024-11-01)
+    # Megatron Core 0.8 (the 24.07 container's): before 4295be1a6c's tunable schedule (first in 0.10)
     assert run.send_waits == "core_r0.8"
     # Llama 3 70B: TP 4 · PP 4 · CP 2 = 32, DP 2, 128 / 2 = 64 micro-batches, the fp8 userbuffers config
     llama = public.config(rows["NeMo 24.07 Llama 3 70B FP8 TP4 PP4 CP2 VP5 (64 H100)"])
