@@ -20,7 +20,7 @@ tags touches only SFT, LoRA, NVFP4 and new systems' presets), and llama3_llm_pre
 (userbuffers TP overlap, BF16 gradient reduction, Megatron FSDP's double buffer and no gradient accumulation
 fusion), utils/overrides.py `set_post_overrides` (parameter gathers with the optimizer step where DP, PP and VP
 exceed 1, not for fp8_mx: the same at the three tags). So each row is bench/_nemo.py's `_llama_run` of its 26.04
-sibling, with its own container's releases.
+sibling, with its own container's releases. The 26.02 and 26.02.01 Qwen3 30B-A3B rows likewise (`_QWEN3_ROWS`).
 """
 
 from __future__ import annotations
