@@ -20,7 +20,7 @@ tags touches only SFT, LoRA, NVFP4 and new systems' presets), and llama3_llm_pre
 (userbuffers TP overlap, BF16 gradient reduction, Megatron FSDP's double buffer and no gradient accumulation
 fusion), utils/overrides.py `set_post_overrides` (parameter gathers with the optimizer step where DP, PP and VP
 exceed 1, not for fp8_mx: the same at the three tags). So each row is bench/_nemo.py's `_llama_run` of its 26.04
-sibling, with its own container's releases.
+sibling, with its own container's releases. The 26.02 and 26.02.01 Qwen3 30B-A3B rows likewise (`_QWEN3_ROWS`).
 """
 
 from __future__ import annotations
@@ -30,9 +30,14 @@ from typing import Any
 from _nemo import (
     _405B_LAYOUT,
     _405B_ONE_A_STAGE,
+    _ROUTER,
+    QWEN3_30B_A3B,
+    _flex,
     _llama_run,
+    _qwen3_run,
     _row,
     _split_layout,
+    _te_graphs,
 )
 from _public import LLAMA3_405B, LLAMA31_70B
 
@@ -120,10 +125,59 @@ _LLAMA_ROWS: tuple[tuple[Any, ...], ...] = (
      {"tp": 8, "pp": 8, "cp": 2, "vp": 8}, "h100-80gb", 326.0, {"layout": _405B_LAYOUT}, {}, ()),
 )  # fmt: skip
 
+# The Qwen3 30B-A3B rows (sequence 4096, GBS 512 on 8 GPUs, 1024 on 16): configs/qwen/qwen3_workload_base_configs.py
+# `QWEN3_30B_A3B_PRETRAIN_CONFIG_<GPU>_<PRECISION>_V1` at the row's tag, qwen3_llm_pretrain.py (the preset's
+# moe_flex_dispatcher_backend into the recipe: recipes/qwen/qwen3_moe.py -> flex_dispatcher_backend.py
+# `apply_flex_dispatcher_backend`, which leaves the provider's alltoall where the preset names none) and
+# `set_qwen3_common_configs` (no recompute, router fusion, forced balance, BF16 gradient reduction); HybridEP on the 32
+# SMs utils/overrides.py `_set_common_perf_overrides` gives it (v0.3.0, v0.3.1). bench/_nemo.py's `_qwen3_run`.
+# (release, label, GPUs, GBS, MBS, parallel, device, tokens/s per GPU, moe_a2a_overlap, timing words)
+_QWEN3_ROWS: tuple[tuple[Any, ...], ...] = (
+    # ---- 26.02 (v0.3.0)
+    # ..._GB200_FP8_MX_V1: MBS 4, hybridep, TE graphs of the router (its FP8_CS sibling's add attention)
+    ("26.02", "Qwen3 30B-A3B MXFP8 EP8 (8 GB200)", 8, 512, 4, {"ep": 8}, "gb200", 26084.0, False,
+     {**_flex("hybridep"), **_te_graphs(*_ROUTER)}),
+    # ..._GB300_FP8_MX_V1 = _FP8_CS_V1 (and B300's alike): MBS 8, hybridep, TE graphs of the router
+    ("26.02", "Qwen3 30B-A3B MXFP8 EP8 (8 GB300)", 8, 512, 8, {"ep": 8}, "gb300", 30376.0, False,
+     {**_flex("hybridep"), **_te_graphs(*_ROUTER)}),
+    ("26.02", "Qwen3 30B-A3B MXFP8 EP8 (8 B300)", 8, 512, 8, {"ep": 8}, "b300", 29521.0, False,
+     {**_flex("hybridep"), **_te_graphs(*_ROUTER)}),
+    # ..._B200_FP8_MX_V1 = _B200_BF16_V1: MBS 1 (WorkloadBaseConfig's), no backend (alltoall), graphs of the router
+    ("26.02", "Qwen3 30B-A3B MXFP8 EP8 MBS1 (8 B200)", 8, 512, 1, {"ep": 8}, "b200", 9691.0, False,
+     _te_graphs(*_ROUTER)),
+    # ..._H100_FP8_CS_V1: 16 GPUs, GBS 1024, PP 2, VP 12, EP 8, moe_a2a_overlap, deepep, no graphs
+    ("26.02", "Qwen3 30B-A3B FP8 PP2 VP12 EP8 (16 H100)", 16, 1024, 1, {"pp": 2, "vp": 12, "ep": 8}, "h100-80gb",
+     5113.0, True, _flex("deepep")),
+    # ---- 26.02.01 (v0.3.1): GB200, GB300 and B300 as v0.3.0
+    ("26.02.01", "Qwen3 30B-A3B MXFP8 EP8 (8 GB200)", 8, 512, 4, {"ep": 8}, "gb200", 26373.0, False,
+     {**_flex("hybridep"), **_te_graphs(*_ROUTER)}),
+    ("26.02.01", "Qwen3 30B-A3B MXFP8 EP8 (8 GB300)", 8, 512, 8, {"ep": 8}, "gb300", 30411.0, False,
+     {**_flex("hybridep"), **_te_graphs(*_ROUTER)}),
+    ("26.02.01", "Qwen3 30B-A3B MXFP8 EP8 (8 B300)", 8, 512, 8, {"ep": 8}, "b300", 29454.0, False,
+     {**_flex("hybridep"), **_te_graphs(*_ROUTER)}),
+    # v0.3.1's _B200_BF16_V1 (its FP8_MX): MBS 4, hybridep, TE graphs of attention and the router
+    ("26.02.01", "Qwen3 30B-A3B MXFP8 EP8 (8 B200)", 8, 512, 4, {"ep": 8}, "b200", 26695.0, False,
+     {**_flex("hybridep"), **_te_graphs("attn", *_ROUTER)}),
+)  # fmt: skip
+
 # The archived tables' rows of models ppb has that are not priced, and why (printed by bench/public_runs.py).
 SKIPPED: tuple[tuple[str, str], ...] = (
     ("26.02 / 26.02.01 / 26.06 NVFP4 rows (Llama 3 70B, 3.1 405B)", "NVFP4: ppb prices no NVFP4 GEMMs or casts"),
     ("26.02 / 26.02.01 / 26.06 Nemotron 3 Nano / Super", "hybrid Mamba models, which ppb does not describe"),
+    (
+        "26.02.01 Qwen3 30B-A3B FP8 (16 H100)",
+        "the table's PP 2, VP 12, EP 8 are not v0.3.1's preset (EP 16, HybridEP, no PP: 26.04's, which measured "
+        "8,960), and its 9,058 tokens/s is 1.77 times 26.02's at those sizes: which ran is unknown",
+    ),
+    (
+        "26.06 / 26.06.01 MoE rows (Qwen3, DeepSeek-V3, GPT-OSS, Kimi K2)",
+        "not transcribed (session 28); v0.5.0's presets add settings ppb does not price (e.g. Qwen3 30B GB200: "
+        "cutedsl_fused_grouped_mlp, fp8_dot_product_attention, full-iteration graphs)",
+    ),
+    (
+        "26.02 / 26.02.01 Qwen3 235B, DeepSeek-V3, GPT-OSS, Kimi K2 rows",
+        "not transcribed (session 28)",
+    ),
     (
         "26.02.01 Llama 3 70B MXFP8 PP4 MBS2 (64 GB300)",
         "the table's PP 4 without VP at MBS 2 is not v0.3.1's preset (PP 4, VP 5, MBS 1); at those sizes with the "
@@ -152,4 +206,12 @@ def nemo_release_rows() -> list[dict[str, Any]]:
         raw = _llama_run(label, spec, gpus, gbs, mbs, parallel, device, mx_gathers_apart=True, **options)
         raw["training"].update(training)
         rows.append(_release_row(release, label, raw, gpus, gbs, tps, notes))
+    for release, label, gpus, gbs, mbs, parallel, device, tps, a2a, timing in _QWEN3_ROWS:
+        recipe = "mxfp8" if "MXFP8" in label else "tensorwise"
+        raw = _qwen3_run(
+            label, QWEN3_30B_A3B, gpus, gbs, mbs, parallel, device, a2a_overlap=a2a, fp8_recipe=recipe,
+            mx_gathers_apart=True,
+        )  # fmt: skip
+        raw["timing"].update(timing)
+        rows.append(_release_row(release, label, raw, gpus, gbs, tps, ("routing balanced (forced)",)))
     return rows
