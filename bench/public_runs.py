@@ -132,7 +132,7 @@ from ppb_core.config.run import RunConfig  # noqa: E402
 from ppb_core.estimate.check import check_plan  # noqa: E402
 from ppb_core.memory.model import run_stage_peaks  # noqa: E402
 from ppb_core.payload.run import describe_run  # noqa: E402
-from ppb_core.timing.iteration import run_iteration  # noqa: E402
+from ppb_core.timing.iteration import Iteration, run_iteration  # noqa: E402
 
 MIB = 2**20
 MEGATRON_TABLE = "Megatron-LM README model table (Megatron-Core r0.8.0, H100)"
@@ -693,14 +693,19 @@ def evaluate(rows: list[PublicRun] | None = None) -> list[tuple[PublicRun, float
 
 
 def row_seconds(row: PublicRun) -> float:
+    """The row's predicted seconds (`row_iteration`)."""
+    return row_iteration(row).seconds
+
+
+def row_iteration(row: PublicRun) -> Iteration:
     """The row's predicted iteration: its run as configured, or under its MindFormers plan as `ppb check
     --plan` reads one (`balance.user_plan.from_mindformers` over every option, `estimate.check.check_plan`)."""
     run = config(row)
     if row.plan is None:
-        return run_iteration(run).seconds
+        return run_iteration(run)
     problem = run_problem(run, describe_run(run, withdrawing=False), runnable=False)
     plan = from_mindformers(problem, row.plan, row.source, run)
-    return check_plan(run, cells(plan), problem.describe()["bodies"], None).iteration_s
+    return check_plan(run, cells(plan), problem.describe()["bodies"], None).iteration
 
 
 @dataclass(frozen=True)

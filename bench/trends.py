@@ -1,0 +1,326 @@
+"""The public runs' signed errors by feature: which settings the misses follow, device by device.
+
+    python bench/trends.py [--table] [--within device|group] [--where FEATURE=VALUE ...] [--dump|--rows FILE]
+
+Each row of bench/public_runs.py is read back through its run config (`features`): framework, device,
+precision (BF16, or FP8 with its recipe), model size and family, dense or MoE, the parallel sizes
+(TP, PP, VP, CP, EP, DP, FSDP or ZeRO), micro-batch size, micro-batches a pipeline m and m/PP,
+sequence, recompute, the pipeline's and TP's communication overlap, CUDA graphs, GPUs and nodes, the
+group (its source, which is its release), and ppb's own split of the iteration (`share_*`: bubble,
+p2p, data-parallel and FSDP communication, optimizer, as a share of ppb's seconds). Its signed error is
+ppb's seconds over the published ones minus one (negative: ppb is fast).
+
+A feature separates the errors only apart from what the device (or the group: one source, one
+release, one framework) already explains, so each row's error is taken against the mean of its
+device's rows (`--within group`: its group's): the residual. For every feature the residuals are
+printed by value (categories) or by tercile (numbers, with the Spearman rank correlation over the rows
+whose device holds at least `MIN_ROWS` of them); a feature whose buckets differ by more than their
+spread is one to look into with bench/decompose.py. `--table` prints every row's features and error.
+`--where moe=dense` keeps the rows of one value (repeatable); `--rows FILE` reads the rows an earlier run
+dumped (`--dump FILE`) to skip the ~2 minutes of pricing.
+Nothing here prices anything: it reads the rows and ppb's iteration as they are.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import statistics
+import sys
+from collections import defaultdict
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
+
+from public_runs import GROUPS, PublicRun, config, public_runs, row_iteration  # noqa: E402
+
+from ppb_core.config.recompute import MegatronRecompute, TorchtitanRecompute  # noqa: E402
+from ppb_core.config.run import RunConfig  # noqa: E402
+from ppb_core.timing.iteration import Iteration  # noqa: E402
+
+MIN_ROWS = 5  # a device's (or group's) rows below this many leave the rank correlations out
+CATEGORIES = 6  # a number with at most this many values is bucketed by value, else by tercile
+SHARES = ("bubble", "p2p", "dp_communication", "fsdp_communication", "optimizer")
+
+
+def group_of(source: str) -> str:
+    """The row's group in bench/public_runs.py (`GROUPS`; the published tables' rows: every other)."""
+    return next((label for label, belongs in GROUPS.items() if belongs(source)), "published tables")
+
+
+def precision(run: RunConfig) -> str:
+    """bf16 (or the run's dtype), or fp8 with its scaling recipe (timing.fp8_recipe)."""
+    if run.timing.matmul_dtype == "fp8":
+        return f"fp8-{run.timing.fp8_recipe}"
+    return run.timing.matmul_dtype or run.training.dtype
+
+
+def recompute(run: RunConfig) -> str:
+    """The configured recompute in one word: none, selective, full (or a layer count), switches."""
+    value = run.training.recompute
+    if value == "full":
+        return "full"
+    if isinstance(value, MegatronRecompute):
+        if value.granularity == "selective":
+            return "selective"
+        return "full" if value.num_layers is None else f"full-{value.method}-{value.num_layers}"
+    if isinstance(value, TorchtitanRecompute):
+        return value.mode if value.option is None else f"{value.mode}-{value.option}"
+    on = sorted(name for name, flag in value.items() if flag)
+    return "+".join(on) if on else "none"
+
+
+def sharding(run: RunConfig) -> str:
+    """How the data-parallel ranks shard: fsdp (its implementation) or zero-N."""
+    par = run.parallel
+    if par.fsdp:
+        return f"fsdp-{par.fsdp_impl or run.framework}"
+    return f"zero{par.zero}"
+
+
+def features(row: PublicRun, run: RunConfig, iteration: Iteration) -> dict[str, Any]:
+    """The row's settings that might set its error, and ppb's shares of its iteration."""
+    spec = next(iter(run.specs.values()))
+    par, training = run.parallel, run.training
+    gpus = par.dp * par.tp * par.pp * par.cp
+    m = training.micro_batches
+    found: dict[str, Any] = {
+        "group": group_of(row.source),
+        "framework": run.framework,
+        "device": run.device.name or "custom",
+        "precision": precision(run),
+        "family": getattr(spec, "family", "vision"),
+        "moe": "moe" if getattr(spec, "num_experts", 0) else "dense",
+        "hidden": spec.hidden_size,
+        "hidden_per_tp": spec.hidden_size // par.tp,
+        "layers": spec.num_layers,
+        "tp": par.tp,
+        "pp": par.pp,
+        "vp": par.vpp,
+        "cp": par.cp,
+        "ep": par.ep,
+        "dp": par.dp,
+        "sharding": sharding(run),
+        "mbs": training.micro_batch_size,
+        "m": m,
+        "m_per_pp": m / par.pp,
+        "seq": training.seq_length,
+        "tokens_per_gpu_mb": training.micro_batch_size * training.seq_length // (par.cp * par.tp),
+        "recompute": recompute(run),
+        "p2p_overlap": run.timing.overlap_p2p_comm if par.pp > 1 else "-",
+        "tp_overlap": run.timing.overlap.tp > 0 if par.tp > 1 else "-",
+        "cuda_graphs": run.timing.cuda_graph_impl,
+        "gpus": gpus,
+        "nodes": math.ceil(gpus / par.devices_per_node),
+        "release": run.framework_release.megatron_core or "-",
+    }
+    for name in SHARES:
+        found[f"share_{name}"] = iteration.breakdown.get(name, 0.0) / iteration.seconds
+    found["share_host_wait"] = iteration.host_wait_seconds / iteration.seconds
+    found["ppb_mfu"] = iteration.mfu
+    # the busiest stage's work for one layer and micro-batch, forward and backward: short ones are where a
+    # fixed cost a kernel, a layer or a micro-batch would show
+    found["layer_mb_ms"] = 1e3 * iteration.breakdown["compute"] / (m * spec.num_layers / par.pp)
+    return found
+
+
+def collect(rows: Sequence[PublicRun] | None = None) -> list[dict[str, Any]]:
+    """Every row's name, features, published and predicted seconds and signed error."""
+    found = []
+    for row in rows or public_runs():
+        run = config(row)
+        iteration = row_iteration(row)
+        found.append(
+            {
+                "name": row.name,
+                **features(row, run, iteration),
+                "published_s": row.seconds,
+                "ppb_s": iteration.seconds,
+                "error": iteration.seconds / row.seconds - 1,
+            }
+        )
+    return found
+
+
+def residuals(rows: Sequence[dict[str, Any]], within: str) -> list[float]:
+    """Each row's error minus the mean error of the rows sharing its *within* feature (device or group)."""
+    by: dict[Any, list[float]] = defaultdict(list)
+    for row in rows:
+        by[row[within]].append(row["error"])
+    return [row["error"] - statistics.fmean(by[row[within]]) for row in rows]
+
+
+def ranks(values: Sequence[float]) -> list[float]:
+    """Average ranks (ties share the mean of their positions), 1-based."""
+    order = sorted(range(len(values)), key=lambda i: values[i])
+    found = [0.0] * len(values)
+    start = 0
+    while start < len(order):
+        end = start
+        while end + 1 < len(order) and values[order[end + 1]] == values[order[start]]:
+            end += 1
+        for k in range(start, end + 1):
+            found[order[k]] = (start + end) / 2 + 1
+        start = end + 1
+    return found
+
+
+def spearman(xs: Sequence[float], ys: Sequence[float]) -> float:
+    """Spearman's rank correlation: Pearson's over the average ranks (0 when either side is constant)."""
+    rx, ry = ranks(xs), ranks(ys)
+    mx, my = statistics.fmean(rx), statistics.fmean(ry)
+    sxy = sum((a - mx) * (b - my) for a, b in zip(rx, ry, strict=True))
+    sxx = sum((a - mx) ** 2 for a in rx)
+    syy = sum((b - my) ** 2 for b in ry)
+    return sxy / math.sqrt(sxx * syy) if sxx and syy else 0.0
+
+
+def numeric(values: Sequence[Any]) -> bool:
+    return all(isinstance(v, int | float) and not isinstance(v, bool) for v in values)
+
+
+def shown(value: float) -> str:
+    """A bucket's edge: whole above 100 (hidden sizes, micro-batches), else three digits."""
+    return f"{value:.0f}" if abs(value) >= 100 else f"{value:.3g}"
+
+
+def buckets(values: Sequence[Any]) -> tuple[list[str], Callable[[Any], str]]:
+    """Bucket labels in order and the labelling: a category's own value (numbers of few values too), else a
+    number's tercile (by rank)."""
+    if not numeric(values) or len(set(values)) <= CATEGORIES:
+        labels = sorted({str(v) for v in values}, key=lambda s: (len(s), s) if numeric(values) else s)
+        return labels, str
+    zeros = sum(1 for v in values if v == 0) >= len(values) / 4  # e.g. no bubble without a pipeline: apart
+    ordered = sorted(v for v in values if v != 0 or not zeros)
+    low, high = ordered[len(ordered) // 3], ordered[2 * len(ordered) // 3]
+    lo, hi = shown(low), shown(high)
+    labels = [*(["0"] if zeros else []), f"<{lo}", f"{lo}-{hi}", f">={hi}"]
+    thirds = labels[-3:]
+
+    def label(v: float) -> str:
+        if zeros and v == 0:
+            return "0"
+        return thirds[0] if v < low else thirds[1] if v < high else thirds[2]
+
+    return labels, label
+
+
+def by_feature(rows: Sequence[dict[str, Any]], name: str, residual: Sequence[float]) -> list[tuple[str, int, float]]:
+    """(bucket, rows, mean residual) of one feature, buckets in order."""
+    labels, label = buckets([row[name] for row in rows])
+    found: dict[str, list[float]] = defaultdict(list)
+    for row, r in zip(rows, residual, strict=True):
+        found[label(row[name])].append(r)
+    return [(b, len(found[b]), statistics.fmean(found[b])) for b in labels if found[b]]
+
+
+def controlled_spearman(rows: Sequence[dict[str, Any]], name: str, residual: Sequence[float], within: str) -> float:
+    """The rank correlation of a numeric feature with the residual, over the rows of devices (groups) with
+    at least MIN_ROWS rows."""
+    count: dict[Any, int] = defaultdict(int)
+    for row in rows:
+        count[row[within]] += 1
+    kept = [(row[name], r) for row, r in zip(rows, residual, strict=True) if count[row[within]] >= MIN_ROWS]
+    return spearman([k[0] for k in kept], [k[1] for k in kept]) if kept else 0.0
+
+
+FEATURES = (
+    "framework",
+    "precision",
+    "family",
+    "moe",
+    "hidden",
+    "hidden_per_tp",
+    "layers",
+    "tp",
+    "pp",
+    "vp",
+    "cp",
+    "ep",
+    "dp",
+    "sharding",
+    "mbs",
+    "m",
+    "m_per_pp",
+    "seq",
+    "tokens_per_gpu_mb",
+    "recompute",
+    "p2p_overlap",
+    "tp_overlap",
+    "cuda_graphs",
+    "gpus",
+    "nodes",
+    "release",
+    *(f"share_{name}" for name in SHARES),
+    "share_host_wait",
+    "ppb_mfu",
+    "layer_mb_ms",
+)
+TABLE = ("device", "framework", "precision", "moe", "hidden", "tp", "pp", "vp", "cp", "ep", "dp", "mbs", "m", "seq")
+
+
+def print_table(rows: Sequence[dict[str, Any]]) -> None:
+    """Every row: its features in short, ppb's bubble and DP shares and its signed error."""
+    print(f"{'run':60s} " + " ".join(f"{n[:9]:>9s}" for n in TABLE) + "    bub%    dp%   error")
+    for row in sorted(rows, key=lambda r: (r["device"], r["error"])):
+        cells = " ".join(f"{str(row[n])[:9]:>9s}" for n in TABLE)
+        print(
+            f"{row['name'][:60]:60s} {cells} {row['share_bubble']:7.1%} {row['share_dp_communication']:6.1%} "
+            f"{row['error']:+7.1%}"
+        )
+
+
+def print_trends(rows: Sequence[dict[str, Any]], within: str) -> None:
+    """For every feature, the mean residual (error against the row's device or group) by bucket."""
+    residual = residuals(rows, within)
+    print(f"mean signed error by {within} (the residuals below are against these):")
+    for value, n, mean in by_feature(rows, within, [row["error"] for row in rows]):
+        print(f"  {value:40s} {n:4d} rows  {mean:+6.1%}")
+    print()
+    print(f"{'feature':22s} rho   buckets: value (rows) mean residual against the row's {within}")
+    for name in FEATURES:
+        values = [row[name] for row in rows]
+        rho = f"{controlled_spearman(rows, name, residual, within):+.2f}" if numeric(values) else "    "
+        cells = "  ".join(f"{b} ({n}) {mean:+.1%}" for b, n, mean in by_feature(rows, name, residual))
+        print(f"{name:22s} {rho}  {cells}")
+
+
+def option(argv: list[str], name: str) -> str | None:
+    return argv[argv.index(name) + 1] if name in argv else None
+
+
+def kept(rows: list[dict[str, Any]], argv: list[str]) -> list[dict[str, Any]]:
+    """The rows every `--where FEATURE=VALUE` keeps (the value as the table prints it)."""
+    for k, word in enumerate(argv):
+        if word == "--where":
+            name, _, value = argv[k + 1].partition("=")
+            rows = [row for row in rows if str(row.get(name)) == value]
+    return rows
+
+
+def main(argv: list[str]) -> int:
+    within = option(argv, "--within") or "device"
+    if within not in ("device", "group"):
+        print(f"bench/trends.py: --within {within}: device or group", file=sys.stderr)
+        return 2
+    dumped = option(argv, "--rows")
+    rows = json.loads(Path(dumped).read_text()) if dumped else collect()
+    if dump := option(argv, "--dump"):
+        Path(dump).write_text(json.dumps(rows, indent=1))
+    rows = kept(rows, argv)
+    if not rows:
+        print("bench/trends.py: --where keeps no row", file=sys.stderr)
+        return 2
+    if "--table" in argv:
+        print_table(rows)
+        print()
+    print_trends(rows, within)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))

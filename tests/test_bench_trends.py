@@ -1,0 +1,68 @@
+"""bench/trends.py: a row's features read back from its run config, and the statistics by hand."""
+
+from __future__ import annotations
+
+import pytest
+from bench_modules import load_bench
+
+
+@pytest.fixture(scope="module")
+def bench():
+    return load_bench("trends")
+
+
+@pytest.fixture(scope="module")
+def row_177b(bench):
+    # one row priced, not the table
+    row = next(r for r in bench.public_runs() if r.name.startswith("Megatron GPT 177B ("))
+    return bench.collect([row])[0]
+
+
+def test_the_177b_row_s_features_are_the_readme_table_s(row_177b):
+    # Megatron-LM README (core_r0.8.0) model table: 177B, hidden 12288, 96 layers, TP 8, PP 6, DP 48 on 2304
+    # H100, batch 1152: 1152 / 48 = 24 micro-batches of one sequence a pipeline, 24 / 6 = 4 a stage;
+    # interleaved at one layer a virtual stage (bench/public_runs.py `megatron_schedule`): 96 / 6 = 16 chunks;
+    # 2304 GPUs over 8 a node = 288 nodes; bf16, ZeRO-1 (the distributed optimizer), sequence 4096
+    f = row_177b
+    assert (f["device"], f["framework"], f["precision"], f["moe"]) == ("h100-80gb", "megatron", "bf16", "dense")
+    assert (f["hidden"], f["layers"], f["hidden_per_tp"]) == (12288, 96, 12288 // 8)
+    assert (f["tp"], f["pp"], f["vp"], f["cp"], f["ep"], f["dp"]) == (8, 6, 16, 1, 1, 48)
+    assert (f["mbs"], f["m"], f["m_per_pp"], f["seq"]) == (1, 24, 4.0, 4096)
+    assert (f["gpus"], f["nodes"], f["sharding"], f["group"]) == (2304, 288, "zero1", "published tables")
+    assert (f["tp_overlap"], f["p2p_overlap"], f["cuda_graphs"]) == (True, True, "none")
+    # the README row: 432.8 TFLOP/s per GPU of Megatron's FLOP count; the error is ppb's seconds over those
+    assert f["error"] == pytest.approx(f["ppb_s"] / f["published_s"] - 1)
+    assert 0 < f["share_bubble"] < 1 and 0 < f["share_dp_communication"] < 1
+
+
+def test_residuals_are_against_the_mean_of_the_row_s_device(bench):
+    rows = [
+        {"device": "a", "error": -0.10},
+        {"device": "a", "error": -0.20},
+        {"device": "b", "error": 0.05},
+    ]
+    # device a's mean −0.15: −0.10 − (−0.15) = +0.05, −0.20 − (−0.15) = −0.05; b alone: 0
+    assert bench.residuals(rows, "device") == pytest.approx([0.05, -0.05, 0.0])
+
+
+def test_spearman_by_hand(bench):
+    # ties share their mean rank: [1, 2, 2, 3] -> ranks [1, 2.5, 2.5, 4]
+    assert bench.ranks([1, 2, 2, 3]) == [1.0, 2.5, 2.5, 4.0]
+    # a monotone relation is ±1 whatever its shape
+    assert bench.spearman([1, 2, 3, 4], [1, 8, 27, 64]) == pytest.approx(1.0)
+    assert bench.spearman([1, 2, 3, 4], [4, 3, 2, 1]) == pytest.approx(-1.0)
+    # x ranks [1, 2, 3], y ranks [2, 1, 3]: d = (1, 1, 0), 1 − 6·Σd²/(n(n²−1)) = 1 − 12/24 = 0.5
+    assert bench.spearman([1, 2, 3], [5, 4, 6]) == pytest.approx(0.5)
+    assert bench.spearman([1, 2, 3], [7, 7, 7]) == 0.0
+
+
+def test_buckets_by_value_or_by_tercile(bench):
+    labels, label = bench.buckets([1, 2, 2, 8])
+    assert labels == ["1", "2", "8"] and label(2) == "2"
+    values = list(range(1, 10))  # nine values: the thirds start at the 4th and the 7th, 4 and 7
+    labels, label = bench.buckets(values)
+    assert labels == ["<4", "4-7", ">=7"]
+    assert [label(v) for v in (3, 4, 6, 7)] == ["<4", "4-7", "4-7", ">=7"]
+    # a quarter or more zeros (no pipeline, no bubble) are a bucket apart; the thirds are of the rest
+    labels, label = bench.buckets([0, 0, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9])
+    assert labels == ["0", "<4", "4-7", ">=7"] and label(0) == "0"
