@@ -161,8 +161,11 @@ FP8_LAYER_GEMM_SHARE_BLACKWELL = round(6.044 / 6.812, 3)  # 0.887
 # column-wise byte; the 1/32-byte scales not counted) and 3 a weight element (row-wise only), 5 for current scaling's
 # either (its amax pass reads 2, its cast reads 2 and writes 1; no transpose on Blackwell): 8.944 GB in 1.823 ms, 4.906
 # TB/s, 0.640 of 7672 GB/s; 12.415 GB in 2.335 ms, 5.317 TB/s, 0.693 (tests/test_timing_quantize_rate.py). Against
-# the 0.8 element-wise kernels are priced at (`memory_efficiency`). Taken for B200, GB200 and GB300 too (the same
-# 8 TB/s HBM3e label and TE's same quantize kernels, an assumption). Delayed scaling and blockwise: not measured.
+# the 0.8 element-wise kernels are priced at (`memory_efficiency`). A B200 bears the MXFP8 one out: TE's MXFP8 cast
+# alone, BF16 8192 x 8192 to both usages, in 52.34 us on a B200 (the "B200 (us)" column of ROCm/TransformerEngine
+# pull request #598's CAST_ONLY table, May 2026), 4 x 67,108,864 B at 5.13 TB/s, 0.668. Taken for B200, GB200 and
+# GB300 (the same 8 TB/s HBM3e label and TE's same quantize kernels, an assumption). Delayed scaling and blockwise:
+# not measured.
 MXFP8_QUANTIZE_SHARE_BLACKWELL = round((1495269376 * 4 + 987758592 * 3) / ((8.984 - 7.161) * 1e-3) / 7672e9, 3)
 FP8_QUANTIZE_SHARE_BLACKWELL = round((1495269376 + 987758592) * 5 / ((9.147 - 6.812) * 1e-3) / 7672e9, 3)
 # The same share on the 700 W H100 SXM (`layer_gemm_share`, `fp8_layer_gemm_share`), from TransformerEngine's
