@@ -770,8 +770,11 @@ def _gpt_oss_run(
     *,
     hybridep: bool = False,
     a2a_overlap: bool = False,
+    recompute: bool = True,
 ) -> dict[str, Any]:
-    """ppb's `devices_per_node` is the GPUs one NVLink fabric joins: a DGX B200 or H100's 8, a GB200 job's
+    """*recompute*: the preset's recompute_modules ["layernorm", "moe_act"] (selective); False: none, the
+    recipe's own `recompute_granularity = None` where the preset names no modules (GB300, B300).
+    ppb's `devices_per_node` is the GPUs one NVLink fabric joins: a DGX B200 or H100's 8, a GB200 job's
     sbatch segment (`nvlink_domain`, as `_row` takes it: all 64 of the GB200 run, so EP 64's all-to-all stays on
     NVLink 5 as HybridEP runs it on "GB200, GB300 with NVL72": flex_dispatcher_backend.py
     `apply_flex_dispatcher_backend`)."""
@@ -798,7 +801,7 @@ def _gpt_oss_run(
             "dtype": "bf16",
             "grad_bytes": 2,
             "flash_attention": True,
-            "recompute": {"granularity": "selective", "modules": ["layernorm", "moe_act"]},
+            **({"recompute": {"granularity": "selective", "modules": ["layernorm", "moe_act"]}} if recompute else {}),
             "moe": {"permute_fusion": True, "router": {"fusion": True, "aux_losses": [], "force_balance": True}},
         },
         "device": {"name": device},
@@ -946,7 +949,10 @@ def _kimi_k2_gb300() -> dict[str, Any]:
 
 
 # GPT-OSS 120B, BF16, GBS 1280, MBS 4 (GPT_OSS_120B_PRETRAIN_CONFIG_GB300_BF16_V2: EP 64, no flex backend named,
-# so alltoall; ..._B300_BF16_V2: EP 8, hybridep), both with TE graphs of attention and the router.
+# so alltoall; ..._B300_BF16_V2: EP 8, hybridep), both with TE graphs of attention and the router, and no
+# recompute: their V1 presets (v0.4.0 and v0.4.2 gpt_oss_workload_base_configs.py) name no recompute_modules, unlike
+# GB200's, B200's and H100's ["layernorm", "moe_act"], so overrides.py `_set_recompute_overrides` leaves the recipe's
+# `recompute_granularity = None` (recipes/gpt_oss/gpt_oss.py `gpt_oss_120b_pretrain_config`).
 # (label, device, EP, tokens/s per GPU, hybridep)
 _GPT_OSS_ULTRA_ROWS: tuple[tuple[Any, ...], ...] = (
     ("GPT-OSS 120B BF16 EP64 GBS1280 (64 GB300)", "gb300", 64, 19200.0, False),
@@ -1017,7 +1023,7 @@ def nemo_ultra_rows() -> list[dict[str, Any]]:
         rows.append({**row, "assumptions": (*_ULTRA_NOTES, *_NOTES_2604, *_DEEPSEEK_ASSUMPTIONS, _BF16_MOMENTS)})
     rows.append(_kimi_k2_gb300())
     for label, device, ep, tps, hybridep in _GPT_OSS_ULTRA_ROWS:
-        raw = _gpt_oss_run(label, "26.04", device, 64, 1280, 4, 1, ep, hybridep=hybridep)
+        raw = _gpt_oss_run(label, "26.04", device, 64, 1280, 4, 1, ep, hybridep=hybridep, recompute=False)
         raw["timing"].update(_te_graphs("attn", *_ROUTER))
         row = _ultra_row(label, raw, 64, 1280, tps, "26.04")
         # BF16: none of `_row`'s FP8 assumptions; the GPT-OSS group's own (`nemo_gpt_oss_rows`)
