@@ -42,6 +42,10 @@ _RELEASES = {
     "25.07": {"megatron_core": "2025-06-27", "transformer_engine": "2025-06-29"},
 }
 _FP8 = {"25.02": "delayed", "25.04": "tensorwise", "25.07": "tensorwise"}
+# cuDNN: the next container's, 25.09's 9.11.0.98 (Megatron-Bridge docs/releases/software-versions.md at v0.2.0, "NeMo
+# Framework 25.09"), bounds these earlier ones' below 9.17, so their sm100 attention is 9.13's measured kernels
+# (`attention_rates.cudnn_kernel`), whatever their exact release
+_CUDNN_BOUND = "9.11.0.98"
 
 # GPTConfig175B (gpt/model/base.py, v2.2.0 to v2.4.0): 96 layers of 12288, 96 heads, FFN 49152, no dropout,
 # layernorm_zero_centered_gamma (LayerNorm's cost), GPTConfig's GeLU, biases, learned absolute positions, tied
@@ -158,6 +162,7 @@ def _run(
         "timing": {
             "matmul_dtype": "fp8",
             "fp8_recipe": _FP8[release],
+            "cudnn_release": _CUDNN_BOUND,
             # bf16_with_fp8_mixed's fp8_params, bf16_with_fp8_current_scaling_mixed's fp8_param_gather; not under FSDP
             "fp8_param_gather": not fsdp,
             "cross_entropy_fusion": True,  # GPTConfig cross_entropy_loss_fusion
@@ -199,6 +204,7 @@ def nemo2_rows() -> list[dict[str, Any]]:
                 "seconds": gbs * sequence / (tps * gpus),
                 "assumptions": (
                     "the container's Megatron-LM and TransformerEngine as the tag's requirements/manifest.json pins",
+                    "cuDNN below 9.17 (25.09's 9.11 bounds it): 9.13's sm100 attention kernels",
                     f"{recipe} as ppb's FP8 GEMMs with their casts; attention in BF16",
                     *notes,
                 ),
