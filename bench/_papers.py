@@ -97,6 +97,10 @@ def _narayanan_rows() -> list[dict[str, Any]]:
                 "micro_batch_size": 1,
                 "micro_batches": batch // dp,
                 "dtype": "fp16",
+                # without --accumulate-allreduce-grads-in-fp32 (off by default, unset in the example), LocalDDP
+                # (megatron/model/distributed.py at 50a4b5fa02, `allreduce_gradients`) all-reduces the fp16
+                # `param.grad`s themselves, coalesced: 2-byte gradients
+                "grad_bytes": 2,
                 "flash_attention": False,
                 "recompute": "full",
             },
@@ -140,6 +144,10 @@ def _mtnlg_rows() -> list[dict[str, Any]]:
                 "micro_batch_size": 1,
                 "micro_batches": 1920 // dp,
                 "dtype": "fp16",
+                # DeepSpeed's fp16 engine (v0.5.0 of 2021-08, runtime/engine.py `buffered_allreduce_fallback` and
+                # `allreduce_bucket`, `fp32_allreduce` off by default; ZeRO-1's `reduce_gradients` likewise) reduces
+                # the half-precision modules' own `param.grad`s: 2-byte gradients
+                "grad_bytes": 2,
                 "flash_attention": False,
                 "recompute": "full",
             },
@@ -165,6 +173,7 @@ def _mtnlg_rows() -> list[dict[str, Any]]:
                 "assumptions": (
                     "micro-batch size 1 (not stated)",
                     "fp16 with ZeRO-1 over the data-parallel ranks (the paper: mixed precision, ZeRO data parallel)",
+                    "DeepSpeed of 2021 (v0.5.0) for the engine's gradient reduction",
                     "the layers evenly over 35 stages (3 a stage), embedding first and output last",
                     "Megatron-DeepSpeed priced as bench/_bigscience.py prices it",
                     "A100 80GB (Selene)",

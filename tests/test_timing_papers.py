@@ -42,3 +42,5 @@ def test_narayanan_rows_run_megatron_lm_of_april_2021(public, rows):
     assert run.timing.overlap.dp == 0
     assert run.parallel.zero == 0
     assert run.training.dtype == "fp16"
+    # no --accumulate-allreduce-grads-in-fp32 (off by default): LocalDDP all-reduces the fp16 `param.grad`s
+    assert run.training.grad_bytes == 2
