@@ -1,6 +1,7 @@
 """The public runs' signed errors by feature: which settings the misses follow, device by device.
 
-    python bench/trends.py [--table] [--within device|group] [--where FEATURE=VALUE ...] [--dump|--rows FILE]
+    python bench/trends.py [--table] [--within device|group] [--pairs] [--where FEATURE=VALUE ...]
+        [--dump|--rows FILE]
 
 Each row of bench/public_runs.py is read back through its run config (`features`): framework, device,
 precision (BF16, or FP8 with its recipe), model size and family, dense or MoE, the parallel sizes
@@ -16,7 +17,9 @@ device's rows (`--within group`: its group's): the residual. For every feature t
 printed by value (categories) or by tercile (numbers, with the Spearman rank correlation over the rows
 whose device holds at least `MIN_ROWS` of them); a feature whose buckets differ by more than their
 spread is one to look into with bench/decompose.py. `--table` prints every row's features and error.
-`--where moe=dense` keeps the rows of one value (repeatable); `--rows FILE` reads the rows an earlier run
+`--pairs` prints every two rows of one model on one device that differ in one or two settings, their measured
+ratio of GPU-seconds a token beside ppb's (`pairs`: a setting's effect with the rest of the row held). `--where
+moe=dense` keeps the rows of one value (repeatable); `--rows FILE` reads the rows an earlier run
 dumped (`--dump FILE`) to skip the ~2 minutes of pricing.
 Nothing here prices anything: it reads the rows and ppb's iteration as they are.
 """
@@ -289,6 +292,59 @@ def print_trends(rows: Sequence[dict[str, Any]], within: str) -> None:
         print(f"{name:22s} {rho}  {cells}")
 
 
+# A pair is two rows of one model (these equal) whose settings (`PAIR_SETTINGS`) differ in one or two.
+PAIR_MODEL = ("framework", "device", "family", "moe", "hidden", "layers")
+PAIR_SETTINGS = (
+    "precision",
+    "tp",
+    "pp",
+    "vp",
+    "cp",
+    "ep",
+    "dp",
+    "sharding",
+    "mbs",
+    "m",
+    "seq",
+    "recompute",
+    "p2p_overlap",
+    "tp_overlap",
+    "cuda_graphs",
+    "release",
+)
+
+
+def gpu_seconds_a_token(row: dict[str, Any], seconds: float) -> float:
+    """GPU-seconds a token: the iteration's seconds times its GPUs over its tokens (dp · m · mbs · seq)."""
+    return seconds * row["gpus"] / (row["dp"] * row["m"] * row["mbs"] * row["seq"])
+
+
+def pairs(rows: Sequence[dict[str, Any]], most: int = 2) -> list[tuple[list[str], dict, dict, float, float]]:
+    """(settings apart, row a, row b, measured b/a, ppb's b/a) of GPU-seconds a token, for every two rows of
+    one model on one device whose settings differ in at most *most*: what one setting does, measured and
+    priced, with the rest of the row the same (a feature's effect apart from what else differs between rows)."""
+    found = []
+    for i, a in enumerate(rows):
+        for b in rows[i + 1 :]:
+            if any(a[k] != b[k] for k in PAIR_MODEL):
+                continue
+            apart = [k for k in PAIR_SETTINGS if a[k] != b[k]]
+            if not apart or len(apart) > most:
+                continue
+            measured = gpu_seconds_a_token(b, b["published_s"]) / gpu_seconds_a_token(a, a["published_s"])
+            ours = gpu_seconds_a_token(b, b["ppb_s"]) / gpu_seconds_a_token(a, a["ppb_s"])
+            found.append((apart, a, b, measured, ours))
+    return sorted(found, key=lambda p: (p[0], p[1]["device"], p[1]["name"]))
+
+
+def print_pairs(rows: Sequence[dict[str, Any]]) -> None:
+    """Each pair: the settings apart, measured and ppb's ratio of GPU-seconds a token, ppb's over measured."""
+    print(f"{'first row':52s} {'settings apart (first -> second)':52s} measured   ppb  ppb/measured")
+    for apart, a, b, measured, ours in pairs(rows):
+        said = ", ".join(f"{k} {a[k]}->{b[k]}" for k in apart)
+        print(f"{a['name'][:52]:52s} {said[:52]:52s} {measured:8.3f} {ours:6.3f} {ours / measured - 1:+8.1%}")
+
+
 def option(argv: list[str], name: str) -> str | None:
     return argv[argv.index(name) + 1] if name in argv else None
 
@@ -317,6 +373,9 @@ def main(argv: list[str]) -> int:
         return 2
     if "--table" in argv:
         print_table(rows)
+        print()
+    if "--pairs" in argv:
+        print_pairs(rows)
         print()
     print_trends(rows, within)
     return 0

@@ -66,3 +66,26 @@ def test_buckets_by_value_or_by_tercile(bench):
     # a quarter or more zeros (no pipeline, no bubble) are a bucket apart; the thirds are of the rest
     labels, label = bench.buckets([0, 0, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9])
     assert labels == ["0", "<4", "4-7", ">=7"] and label(0) == "0"
+
+
+def _row(name: str, published_s: float, ppb_s: float, **settings) -> dict:
+    """A row of one model, every setting at one value but *settings*."""
+    base = dict.fromkeys(("framework", "device", "family", "moe"), "x") | {"hidden": 4096, "layers": 32}
+    base |= dict.fromkeys(("tp", "pp", "vp", "cp", "ep", "dp", "mbs", "m", "gpus"), 1) | {"seq": 4096}
+    words = ("precision", "sharding", "recompute", "p2p_overlap", "tp_overlap", "cuda_graphs", "release")
+    base |= dict.fromkeys(words, "-") | {"name": name, "published_s": published_s, "ppb_s": ppb_s}
+    return base | settings
+
+
+def test_a_pair_compares_gpu_seconds_a_token(bench):
+    # a: 8 GPUs, DP 8, 4 micro-batches of 1 sequence of 4096: 131,072 tokens in 10 s measured, 9 s ppb;
+    # b: the same but 16 micro-batches a replica (4x the tokens) in 36 s measured, 36 s ppb.
+    # GPU-seconds a token, b over a: measured 36/(4·10) = 0.9, ppb 36/(4·9) = 1.0
+    a = _row("a", 10.0, 9.0, dp=8, gpus=8, m=4)
+    b = _row("b", 36.0, 36.0, dp=8, gpus=8, m=16)
+    other_model = _row("c", 1.0, 1.0, hidden=8192)
+    three_apart = _row("d", 1.0, 1.0, dp=8, gpus=8, m=16, tp=2, pp=2, vp=2)  # 3 apart from b, 4 from a
+    (found,) = bench.pairs([a, b, other_model, three_apart])
+    apart, first, second, measured, ours = found
+    assert (apart, first["name"], second["name"]) == (["m"], "a", "b")
+    assert measured == pytest.approx(0.9) and ours == pytest.approx(1.0)
