@@ -687,12 +687,19 @@ def test_torchtitan_fsdp_static_memory():
     run = _titan(parallel={"dp": 2})
     static = model(run).static_breakdown(body(run))
     assert (static.parameter_bytes, static.gradient_bytes, static.optimizer_bytes) == (20544 * 4, 20544 * 4, 20544 * 8)
+    # train.py train_step zero_grads (set to None) before the forward; FSDP2's foreach_reduce forms the
+    # sharded gradients in the backward: the forward holds 4 + 8 bytes a parameter, the step 4 + 4 + 8
+    assert static.total == 20544 * 12 and static.step_bytes == 20544 * 16
+    # gradient accumulation without PP: the later micro-batches' forwards run beside the first's gradients
+    accumulated = _titan(parallel={"dp": 2}, training={"micro_batches": 2})
+    static = model(accumulated).static_breakdown(body(accumulated))
     assert static.total == 20544 * 16 and static.step_bytes == static.total
     # under PP the stage also holds the gathered bf16 parameters and fp32 gradient accumulators
-    # (stage.py backward_maybe_with_nosync, apply_fsdp reshard_after_forward = not pp_enabled): 41088 · 6
+    # (stage.py backward_maybe_with_nosync, apply_fsdp reshard_after_forward = not pp_enabled): 41088 · 6;
+    # perform_reduce_grad forms the sharded gradients after the last micro-batch: 12 bytes, not 16, in flight
     piped = _titan(parallel={"dp": 2, "pp": 2}, training={"micro_batches": 4})
     static = model(piped).static_breakdown(body(piped))
-    assert static.total == 20544 * 16 + 41088 * 6
+    assert static.total == 20544 * 12 + 41088 * 6
     assert static.step_bytes == 20544 * 16
     # replicate (zero 0): 41088 · 16 on every rank
     assert model(_titan(parallel={"dp": 2, "zero": 0})).static_breakdown(body(run)).total == 41088 * 16
@@ -1098,9 +1105,10 @@ def test_the_reduction_sets_the_peak_where_it_holds_the_most():
     first = stage_peaks(model(run), walk(run), [[2, 1]], 80 * 2**30)[0]
     idle = dataclasses.replace(first, activation_bytes=0.0, buffer_bytes=0.0, working_bytes=0.0)
     # backward = static (the held 886272 included) + 0; reduction = step + 1017344, and
-    # step = static − 886272 + 32768 (stage 0's 4 gradient receive buffers, test above)
+    # step = static − 886272 + 32768 (stage 0's 4 gradient receive buffers, test above) + 295424 (the
+    # sharded fp32 gradients perform_reduce_grad forms: the embedding's 32768 and two blocks' 2·20544 a rank, ·4)
     assert idle.moments["backward"] == first.static_bytes
-    assert idle.moments["reduction"] == first.static_bytes - 886272 + 32768 + 1017344
+    assert idle.moments["reduction"] == first.static_bytes - 886272 + 32768 + 295424 + 1017344
     assert idle.moment == "reduction"
     assert idle.terms() == {
         "static": idle.step_static_bytes + 1017344,

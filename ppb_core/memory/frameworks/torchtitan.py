@@ -50,6 +50,17 @@ Each rule names the file and function it follows; docs/frameworks.md tabulates t
   its gradients next to the first block's fp32 reduce-scatter input, then the root reshards and
   fills its own fp32 input (`(bc + 4)·(P_emb + P_out)`). Under PP the units stay gathered either way;
   `perform_reduce_grad` reduces the root (the stage's embedding or norm and output) first.
+* **The sharded gradients exist from the backward to the next step** (torchtitan/train.py `train_step`
+  calls `optimizers.zero_grad()` before the forward, at 9dec370 and v0.2.2; torch.optim's `zero_grad`
+  sets `.grad` to None; FSDP2's `foreach_reduce` (_fsdp_collectives.py) allocates each unit's sharded
+  gradients, the reduce-scatter output, in the backward): with one micro-batch, or under PP (where
+  `perform_reduce_grad` forms them after the last micro-batch), the forward and the loss run without
+  them; the optimizer step holds them. In the backward, the gradients formed belong to units whose
+  activations are freed: at the i-th unit from the end, the stage holds the first units' activations
+  and the last units' gradients, linear in i over like blocks, so the largest is at an end: as the
+  backward starts (no gradient: the `backward` moment) or as it ends (every gradient, no activation:
+  the `optimizer` moment's static memory). With gradient accumulation without PP (`micro_batches` > 1)
+  the first micro-batch's backward forms them and the later forwards run beside them.
 * **FSDP2 under pipeline parallelism**: `apply_fsdp` does not reshard after the forward when PP
   is on, and torch/distributed/pipelining/stage.py `backward_maybe_with_nosync` runs every
   micro-batch's backward with `set_requires_gradient_sync(False)` and
@@ -409,6 +420,7 @@ class TorchtitanRules(FrameworkRules):
         if sharded and setup.pp > 1:
             unsharded = params.gathered_bytes(setup.dtype_bytes) + params.total * setup.grad_bytes
         return StaticBytes(
+            gradients_from_backward=sharded and (setup.pp > 1 or setup.micro_batches == 1),
             parameters=elements,
             gradients=elements,
             optimizer_states=elements,
