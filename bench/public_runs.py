@@ -53,6 +53,13 @@ Sources:
   21d102f5e, recipes v0.4.2): Llama 3 70B / 3.1 405B, Qwen3 30B-A3B / 235B-A22B and DeepSeek-V3 on H100, B200
   and GB200 where ppb prices the preset (no NVFP4, CPU offloading, Mamba, Muon), a group of its own; its DGX-GB300
   and DGX-B300 rows, and 25.11's DGX-GB300 ones (the catalog's gb300 and b300), another (`nemo_ultra_rows`).
+  The archived 26.02, 26.02.01 and 26.06 tables (docs/performance-summary-archive.md at 067f987df) with each
+  container's recipes (v0.3.0, v0.3.1, v0.5.0) and releases: bench/_nemo_releases.py, a group of their own.
+- NeMo's 24.07 performance summary (NeMo 1: NVIDIA/NeMo docs/source/performance/performance_summary.md at
+  8e3d65dcfe): FP8 pre-training of GPT-3 5B/20B/175B, Llama 2 7B/13B/70B and Llama 3 8B/70B on DGX H100, with the
+  24.07 launcher's settings (NeMo-Framework-Launcher tag 24.07): bench/_nemo_2407.py, a group of its own.
+- NeMo 2's 25.02 (DGX B200, H100), 25.04 and 25.07 (DGX GB200) tables (docs.nvidia.com NeMo Framework user
+  guide) with each release's NeMo recipes (v2.2.0, v2.3.0, v2.4.0): bench/_nemo2.py, a group of its own.
 - torchtitan's other benchmark rows (pytorch/torchtitan benchmarks/, bench/_titan.py): the December
   2024 file's compiled and Float8 rows (Tables 1-6: FSDP, 2D, 3D and 4D Llama 3.1 8B/70B/405B), the
   June 2025 async-TP file, and Trainy's H200 file; tokens/s per GPU as torchtitan's train.py counts it.
@@ -101,6 +108,9 @@ from _nemo import (  # noqa: E402
     nemo_rows,
     nemo_ultra_rows,
 )
+from _nemo2 import NEMO2, SKIPPED_NEMO2, nemo2_rows  # noqa: E402
+from _nemo_2407 import NEMO_2407, SKIPPED_2407, nemo_2407_rows  # noqa: E402
+from _nemo_releases import ARCHIVE, SKIPPED, nemo_release_rows  # noqa: E402
 from _public import (  # noqa: E402
     LLAMA3_405B,
     MEGATRON_TESTS,
@@ -618,6 +628,22 @@ def _nemo_runs() -> list[PublicRun]:
     return runs
 
 
+def _nemo_release_runs() -> list[PublicRun]:
+    """NeMo's archived 26.02, 26.02.01 and 26.06 tables (bench/_nemo_releases.py); their pipeline sends wait as
+    each container's Megatron-Core does (`framework_release`)."""
+    return [PublicRun(**row) for row in nemo_release_rows()]
+
+
+def _nemo_2407_runs() -> list[PublicRun]:
+    """NeMo's 24.07 H100 table with the 24.07 launcher's settings (bench/_nemo_2407.py)."""
+    return [PublicRun(**row) for row in nemo_2407_rows()]
+
+
+def _nemo2_runs() -> list[PublicRun]:
+    """NeMo 2's 25.02, 25.04 and 25.07 tables with each release's recipes (bench/_nemo2.py)."""
+    return [PublicRun(**row) for row in nemo2_rows()]
+
+
 def _titan_runs() -> list[PublicRun]:
     """torchtitan's other published benchmark rows (bench/_titan.py), on its 500 W H100 (and Trainy's H200)."""
     return [PublicRun(**row) for row in (*titan_rows(TITAN_H100), *titan_docs_rows(TITAN_H100))]
@@ -647,6 +673,9 @@ def public_runs() -> list[PublicRun]:
         *_deepseek_runs(),
         *_megatron_ci_runs(),
         *_nemo_runs(),
+        *_nemo_release_runs(),
+        *_nemo_2407_runs(),
+        *_nemo2_runs(),
         *_titan_runs(),
         *_bloom_runs(),
         *_mindformers_runs(),
@@ -723,6 +752,9 @@ GROUPS = {
     "NeMo 26.04 performance-summary": lambda source: source == NEMO_2604,
     "NeMo GPT-OSS 120B (25.11, 26.04)": lambda source: source in (NEMO_2511_GPT_OSS, NEMO_2604_GPT_OSS),
     "NeMo GB300 / B300 (25.11, 26.04)": lambda source: source in (NEMO_2511_ULTRA, NEMO_2604_ULTRA),
+    "NeMo archive 26.02 / 26.02.01 / 26.06 (session 28)": lambda source: source.startswith(ARCHIVE),
+    "NeMo 24.07 H100 (session 28)": lambda source: source == NEMO_2407,
+    "NeMo 2 25.02 / 25.04 / 25.07 (session 28)": lambda source: source.startswith(NEMO2),
     "other torchtitan benchmark": lambda source: source.startswith(TITAN_SOURCES),
     "torchtitan docs/performance.md (2024)": lambda source: source.startswith(DOCS_SOURCES),
     "BLOOM": lambda source: source.startswith(BLOOM),
@@ -880,6 +912,8 @@ def main() -> int:
             f"> {peak.device_mib:,.0f} MiB ({peak.peak_mib / peak.device_mib - 1:+.1%})"
         )
     for label, reason in ULTRA_SKIPPED:  # bench/_nemo.py: the GB300/B300 rows not priced
+        print(f"not priced: NeMo {label}: {reason}")
+    for label, reason in (*SKIPPED, *SKIPPED_2407, *SKIPPED_NEMO2):  # bench/_nemo_releases.py, bench/_nemo_2407.py
         print(f"not priced: NeMo {label}: {reason}")
     print(
         "mbs 2: the Megatron rows with micro-batches of 2 sequences (the table does not state the size; "

@@ -149,6 +149,9 @@ def test_nemo_gb300_and_b300_rows_take_their_presets(public, ultra):
     assert (oss.timing.moe_dispatcher, oss.parallel.ep, oss.parallel.devices_per_node) == ("alltoall", 64, 64)
     oss_b300 = public.config(ultra["NeMo 26.04 GPT-OSS 120B BF16 EP8 GBS1280 (64 B300)"])
     assert oss_b300.timing.moe_dispatcher == "hybridep"
+    # ..._GB300_BF16_V1 / _B300_BF16_V1 (v0.4.2) name no recompute_modules, unlike GB200's and B200's
+    # ["layernorm", "moe_act"]: the recipe's recompute_granularity None stands, nothing recomputed
+    assert not oss.training.recompute and not oss_b300.training.recompute
     # 25.11's GB300 8B at the table's MBS 2: 128 · 8192 / (37556 · 8) = 1,048,576 / 300,448 = 3.490 s
     assert ultra["NeMo 25.11 Llama 3 8B FP8 (8 GB300)"].seconds == pytest.approx(3.4900, rel=1e-4)
     # NVFP4 rows are named, not priced

@@ -1,0 +1,246 @@
+"""NeMo's performance summaries of the releases not in bench/_nemo.py: the archived 26.02, 26.02.01 and 26.06
+tables, each row with its own release's recipe, as run configs for bench/public_runs.py (a group of their own,
+so the 25.11 and 26.04 groups keep their means).
+
+Source: NVIDIA-NeMo/Megatron-Bridge docs/performance-summary-archive.md at 067f987df, sections "26.06 NeMo
+Container", "26.02.01 NeMo Container" and "26.02 NeMo Container" (pre-training tables by model: system, GPUs,
+precision, GBS, MBS, sequence, FSDP, TP, PP, CP, VP, EP, tokens/s per GPU; seconds = GBS · sequence / (tokens/s
+per GPU · GPUs)). The recipes are each container's Megatron-Bridge: 26.02 is v0.3.0 (21b02e0cf; its
+docs/releases/software-versions.md "NeMo Framework 26.02": PyTorch 2.10.0a0, Megatron Core main:0.16.0 (the
+3rdparty/Megatron-LM submodule b0cc2706dd, core_r0.16.0, 2026-02-23), Transformer Engine 2.12, cuDNN 9.18.0.50);
+26.02.01 is taken as v0.3.1 (9c9dd8489, 2026-03-20, submodule 55ac708251 on core_r0.16.0; its software-versions
+still lists 26.02's, taken as the patch container's); 26.06 is v0.5.0 (fcbb60311; the same file at v0.5.1,
+"NeMo Framework 26.06": PyTorch 2.12.0a0, Megatron Core 0.18.0 (submodule d0b3b77549, core_r0.18.0), Transformer
+Engine 2.16, cuDNN 9.21.1.3).
+
+The dense Llama rows: scripts/performance/configs/llama/llama3_workload_base_configs.py and
+llama31_workload_base_configs.py, whose V2 pre-training presets (GBS 256 for the 70B, GBS 1536 for the 405B) are
+the same at v0.3.0, v0.3.1, v0.4.2 and v0.5.0 for every row taken here (`git diff` of the two files between the
+tags touches only SFT, LoRA, NVFP4 and new systems' presets), and llama3_llm_pretrain.py / llama31_llm_pretrain.py
+(userbuffers TP overlap, BF16 gradient reduction, Megatron FSDP's double buffer and no gradient accumulation
+fusion), utils/overrides.py `set_post_overrides` (parameter gathers with the optimizer step where DP, PP and VP
+exceed 1, not for fp8_mx: the same at the three tags). So each row is bench/_nemo.py's `_llama_run` of its 26.04
+sibling, with its own container's releases. The 26.02 and 26.02.01 Qwen3 rows likewise (`_QWEN3_ROWS`).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from _nemo import (
+    _405B_LAYOUT,
+    _405B_ONE_A_STAGE,
+    _ROUTER,
+    QWEN3_30B_A3B,
+    QWEN3_235B_A22B,
+    _flex,
+    _llama_run,
+    _qwen3_run,
+    _row,
+    _split_layout,
+    _te_graphs,
+)
+from _public import LLAMA3_405B, LLAMA31_70B
+
+ARCHIVE = "NeMo performance archive (NVIDIA-NeMo/Megatron-Bridge docs/performance-summary-archive.md, 067f987df)"
+
+# Each container's releases (`framework_release`) and cuDNN (module docstring)
+_RELEASES: dict[str, tuple[dict[str, str], str, str]] = {
+    "26.02": ({"megatron_core": "0.16.0", "transformer_engine": "2.12", "pytorch": "2.10.0a0"}, "9.18.0.50", "v0.3.0"),
+    "26.02.01": (
+        {"megatron_core": "0.16.0", "transformer_engine": "2.12", "pytorch": "2.10.0a0"},
+        "9.18.0.50",
+        "v0.3.1",
+    ),
+    "26.06": ({"megatron_core": "0.18.0", "transformer_engine": "2.16", "pytorch": "2.12.0a0"}, "9.21.1.3", "v0.5.0"),
+}
+
+_70B_FSDP_GB200 = {"fsdp": True}
+# LLAMA3_70B_PRETRAIN_CONFIG_GB200_FP8_CS_V2 (v0.3.0, v0.3.1): MBS 2, Megatron FSDP, CPU offloading of 40 layers
+# (overrides.py `_set_recompute_overrides`: cpu_offloading, not the weights); ..._GB300_FP8_CS_V2: of 20 layers
+_OFFLOAD_GB200 = {"cpu_offloading_num_layers": 40}
+_OFFLOAD_GB300 = {"cpu_offloading_num_layers": 20}
+_TABLE_SIZES = "the table's parallel sizes and MBS (the release's preset differs); every other flag the preset's"
+
+# (release, label, spec, GPUs, GBS, MBS, parallel, device, tokens/s per GPU, options, training words, notes)
+_LLAMA_ROWS: tuple[tuple[Any, ...], ...] = (
+    # ---- 26.02 (v0.3.0)
+    # LLAMA3_70B_PRETRAIN_CONFIG_H100_FP8_CS_V2: TP 4, PP 8, VP 5, GBS 256
+    ("26.02", "Llama 3 70B FP8 TP4 PP8 GBS256 (64 H100)", LLAMA31_70B, 64, 256, 1, {"tp": 4, "pp": 8, "vp": 5},
+     "h100-80gb", 1621.0, {}, {}, ()),
+    # ..._GB200_FP8_MX_V2: TP 2, PP 4, VP 5
+    ("26.02", "Llama 3 70B MXFP8 TP2 PP4 (64 GB200)", LLAMA31_70B, 64, 256, 1, {"tp": 2, "pp": 4, "vp": 5}, "gb200",
+     3613.0, {"fp8_recipe": "mxfp8"}, {}, ()),
+    ("26.02", "Llama 3 70B FP8 FSDP (64 GB200)", LLAMA31_70B, 64, 256, 2, {}, "gb200", 4040.0, _70B_FSDP_GB200,
+     _OFFLOAD_GB200, ()),
+    # ..._GB300_FP8_MX_V2: PP 4, VP 5, MBS 1
+    ("26.02", "Llama 3 70B MXFP8 PP4 VP5 (64 GB300)", LLAMA31_70B, 64, 256, 1, {"pp": 4, "vp": 5}, "gb300", 4596.0,
+     {"fp8_recipe": "mxfp8"}, {}, ()),
+    ("26.02", "Llama 3 70B FP8 FSDP (64 GB300)", LLAMA31_70B, 64, 256, 2, {}, "gb300", 5003.0, {"fsdp": True},
+     _OFFLOAD_GB300, ()),
+    # LLAMA31_405B_PRETRAIN_CONFIG_GB300_FP8_CS_V2: TP 4, PP 8, VP 4; the embedding and the loss counted as layers
+    ("26.02", "Llama 3.1 405B FP8 TP4 PP8 VP4 (256 GB300)", LLAMA3_405B, 256, 1536, 1, {"tp": 4, "pp": 8, "vp": 4},
+     "gb300", 988.0, {"layout": _split_layout(32, 4)}, {}, ()),
+    # ..._GB300_FP8_MX_V2: TP 2, PP 8, CP 2, VP 4
+    ("26.02", "Llama 3.1 405B MXFP8 TP2 PP8 CP2 VP4 (256 GB300)", LLAMA3_405B, 256, 1536, 1,
+     {"tp": 2, "pp": 8, "cp": 2, "vp": 4}, "gb300", 931.0, {"layout": _split_layout(32, 4), "fp8_recipe": "mxfp8"},
+     {}, ()),
+    # ..._GB200_FP8_CS_V2: TP 4, PP 16, VP 4; ..._GB200_FP8_MX_V2: VP 8, one layer a virtual stage
+    ("26.02", "Llama 3.1 405B FP8 TP4 PP16 (256 GB200)", LLAMA3_405B, 256, 1536, 1, {"tp": 4, "pp": 16, "vp": 4},
+     "gb200", 793.0, {"layout": _405B_LAYOUT}, {}, ()),
+    ("26.02", "Llama 3.1 405B MXFP8 TP4 PP16 VP8 (256 GB200)", LLAMA3_405B, 256, 1536, 1,
+     {"tp": 4, "pp": 16, "vp": 8}, "gb200", 786.0, {"layout": _405B_ONE_A_STAGE, "fp8_recipe": "mxfp8"}, {}, ()),
+    # ..._H100_FP8_CS_V2: V1's TP 8, PP 8, CP 2, VP 8 on 1024 GPUs at GBS 1536
+    ("26.02", "Llama 3.1 405B FP8 TP8 PP8 CP2 (1024 H100)", LLAMA3_405B, 1024, 1536, 1,
+     {"tp": 8, "pp": 8, "cp": 2, "vp": 8}, "h100-80gb", 311.0, {"layout": _405B_LAYOUT}, {}, ()),
+    # ---- 26.02.01 (v0.3.1: the same presets)
+    ("26.02.01", "Llama 3 70B FP8 TP4 PP8 GBS256 (64 H100)", LLAMA31_70B, 64, 256, 1, {"tp": 4, "pp": 8, "vp": 5},
+     "h100-80gb", 1639.0, {}, {}, ()),
+    ("26.02.01", "Llama 3 70B MXFP8 TP2 PP4 (64 GB200)", LLAMA31_70B, 64, 256, 1, {"tp": 2, "pp": 4, "vp": 5},
+     "gb200", 3837.0, {"fp8_recipe": "mxfp8"}, {}, ()),
+    ("26.02.01", "Llama 3 70B FP8 FSDP (64 GB200)", LLAMA31_70B, 64, 256, 2, {}, "gb200", 4357.0, _70B_FSDP_GB200,
+     _OFFLOAD_GB200, ()),
+    ("26.02.01", "Llama 3 70B FP8 FSDP (64 GB300)", LLAMA31_70B, 64, 256, 2, {}, "gb300", 5243.0, {"fsdp": True},
+     _OFFLOAD_GB300, ()),
+    # the table's TP 2, PP 8, CP 2, VP 4 for FP8 (the v0.3.1 FP8_CS preset: TP 4, PP 8, VP 4; its FP8_MX's sizes)
+    ("26.02.01", "Llama 3.1 405B FP8 TP2 PP8 CP2 VP4 (256 GB300)", LLAMA3_405B, 256, 1536, 1,
+     {"tp": 2, "pp": 8, "cp": 2, "vp": 4}, "gb300", 1024.0, {"layout": _split_layout(32, 4)}, {}, (_TABLE_SIZES,)),
+    ("26.02.01", "Llama 3.1 405B MXFP8 TP2 PP8 CP2 VP4 (256 GB300)", LLAMA3_405B, 256, 1536, 1,
+     {"tp": 2, "pp": 8, "cp": 2, "vp": 4}, "gb300", 949.0, {"layout": _split_layout(32, 4), "fp8_recipe": "mxfp8"},
+     {}, ()),
+    ("26.02.01", "Llama 3.1 405B FP8 TP4 PP16 (256 GB200)", LLAMA3_405B, 256, 1536, 1, {"tp": 4, "pp": 16, "vp": 4},
+     "gb200", 818.0, {"layout": _405B_LAYOUT}, {}, ()),
+    ("26.02.01", "Llama 3.1 405B MXFP8 TP4 PP16 VP8 (256 GB200)", LLAMA3_405B, 256, 1536, 1,
+     {"tp": 4, "pp": 16, "vp": 8}, "gb200", 775.0, {"layout": _405B_ONE_A_STAGE, "fp8_recipe": "mxfp8"}, {}, ()),
+    # ---- 26.06 (v0.5.0: the same 405B presets)
+    ("26.06", "Llama 3.1 405B FP8 TP4 PP8 VP4 (256 GB300)", LLAMA3_405B, 256, 1536, 1, {"tp": 4, "pp": 8, "vp": 4},
+     "gb300", 1048.0, {"layout": _split_layout(32, 4)}, {}, ()),
+    ("26.06", "Llama 3.1 405B MXFP8 TP2 PP8 CP2 VP4 (256 GB300)", LLAMA3_405B, 256, 1536, 1,
+     {"tp": 2, "pp": 8, "cp": 2, "vp": 4}, "gb300", 952.0, {"layout": _split_layout(32, 4), "fp8_recipe": "mxfp8"},
+     {}, ()),
+    ("26.06", "Llama 3.1 405B FP8 TP4 PP16 (256 GB200)", LLAMA3_405B, 256, 1536, 1, {"tp": 4, "pp": 16, "vp": 4},
+     "gb200", 843.0, {"layout": _405B_LAYOUT}, {}, ()),
+    ("26.06", "Llama 3.1 405B MXFP8 TP4 PP16 VP8 (256 GB200)", LLAMA3_405B, 256, 1536, 1,
+     {"tp": 4, "pp": 16, "vp": 8}, "gb200", 783.0, {"layout": _405B_ONE_A_STAGE, "fp8_recipe": "mxfp8"}, {}, ()),
+    ("26.06", "Llama 3.1 405B FP8 TP8 PP8 CP2 (1024 H100)", LLAMA3_405B, 1024, 1536, 1,
+     {"tp": 8, "pp": 8, "cp": 2, "vp": 8}, "h100-80gb", 326.0, {"layout": _405B_LAYOUT}, {}, ()),
+)  # fmt: skip
+
+# The Qwen3 rows (sequence 4096): configs/qwen/qwen3_workload_base_configs.py `QWEN3_30B_A3B_PRETRAIN_CONFIG_<GPU>_
+# <PRECISION>_V1` (GBS 512 on 8 GPUs, 1024 on 16) and `QWEN3_235B_A22B_..._V2` (256 GPUs, GBS 8192) at the row's tag,
+# qwen3_llm_pretrain.py (the preset's moe_flex_dispatcher_backend into the recipe: recipes/qwen/qwen3_moe.py ->
+# flex_dispatcher_backend.py `apply_flex_dispatcher_backend`, which leaves the provider's alltoall where the preset
+# names none; v0.3.1's BASE_QWEN3_*_CONFIG name deepep) and `set_qwen3_common_configs` (no recompute, router fusion,
+# forced balance, BF16 gradient reduction); HybridEP on the 32 SMs utils/overrides.py `_set_common_perf_overrides`
+# gives it (v0.3.0, v0.3.1); the 235B recipe counts the embedding and the loss as layers (96 over the virtual
+# stages). bench/_nemo.py's `_qwen3_run`.
+# (release, label, spec, GPUs, GBS, MBS, parallel, device, tokens/s per GPU, moe_a2a_overlap, layout, timing words)
+_30B, _235B = QWEN3_30B_A3B, QWEN3_235B_A22B
+_HYBRID_ROUTER = {**_flex("hybridep"), **_te_graphs(*_ROUTER)}
+_HYBRID_ATTN_ROUTER = {**_flex("hybridep"), **_te_graphs("attn", *_ROUTER)}
+_QWEN3_ROWS: tuple[tuple[Any, ...], ...] = (
+    # ---- 26.02 (v0.3.0)
+    # 30B ..._GB200_FP8_MX_V1: MBS 4, hybridep, TE graphs of the router (its FP8_CS sibling's add attention)
+    ("26.02", "Qwen3 30B-A3B MXFP8 EP8 (8 GB200)", _30B, 8, 512, 4, {"ep": 8}, "gb200", 26084.0, False, None,
+     _HYBRID_ROUTER),
+    # ..._GB300_FP8_MX_V1 = _FP8_CS_V1 (and B300's alike): MBS 8, hybridep, TE graphs of the router
+    ("26.02", "Qwen3 30B-A3B MXFP8 EP8 (8 GB300)", _30B, 8, 512, 8, {"ep": 8}, "gb300", 30376.0, False, None,
+     _HYBRID_ROUTER),
+    ("26.02", "Qwen3 30B-A3B MXFP8 EP8 (8 B300)", _30B, 8, 512, 8, {"ep": 8}, "b300", 29521.0, False, None,
+     _HYBRID_ROUTER),
+    # ..._B200_FP8_MX_V1 = _B200_BF16_V1: MBS 1 (WorkloadBaseConfig's), no backend (alltoall), graphs of the router
+    ("26.02", "Qwen3 30B-A3B MXFP8 EP8 MBS1 (8 B200)", _30B, 8, 512, 1, {"ep": 8}, "b200", 9691.0, False, None,
+     _te_graphs(*_ROUTER)),
+    # ..._H100_FP8_CS_V1: 16 GPUs, GBS 1024, PP 2, VP 12, EP 8, moe_a2a_overlap, deepep, no graphs
+    ("26.02", "Qwen3 30B-A3B FP8 PP2 VP12 EP8 (16 H100)", _30B, 16, 1024, 1, {"pp": 2, "vp": 12, "ep": 8},
+     "h100-80gb", 5113.0, True, None, _flex("deepep")),
+    # 235B ..._GB300_FP8_MX_V2 (= _FP8_CS_V2): V1's MBS 2 and hybridep, PP 4 (no VP), EP 32, graphs of attention and
+    # the router; ..._GB200_FP8_MX_V2: V1's PP 8, hybridep and graphs, EP 32
+    ("26.02", "Qwen3 235B MXFP8 PP4 EP32 MBS2 (256 GB300)", _235B, 256, 8192, 2, {"pp": 4, "ep": 32}, "gb300",
+     6583.0, False, _split_layout(4, 24), _HYBRID_ATTN_ROUTER),
+    ("26.02", "Qwen3 235B MXFP8 PP8 EP32 (256 GB200)", _235B, 256, 8192, 1, {"pp": 8, "ep": 32}, "gb200", 5448.0,
+     False, _split_layout(8, 12), _HYBRID_ATTN_ROUTER),
+    # ..._B300_FP8_MX_V2: V1's PP 8, VP 4, EP 8, moe_a2a_overlap, no backend (alltoall), no graphs
+    ("26.02", "Qwen3 235B MXFP8 PP8 VP4 EP8 (256 B300)", _235B, 256, 8192, 1, {"pp": 8, "vp": 4, "ep": 8}, "b300",
+     2691.0, True, _split_layout(32, 3), {}),
+    # ..._B200_FP8_MX_V2: V1's PP 8, EP 8, no moe_a2a_overlap, alltoall, no graphs
+    ("26.02", "Qwen3 235B MXFP8 PP8 EP8 (256 B200)", _235B, 256, 8192, 1, {"pp": 8, "ep": 8}, "b200", 3805.0, False,
+     _split_layout(8, 12), {}),
+    # ..._H100_FP8_CS_V2: V1's TP 2, PP 8, VP 4, EP 32, moe_a2a_overlap (tp_comm_overlap off), alltoall, no graphs
+    ("26.02", "Qwen3 235B FP8 TP2 PP8 VP4 EP32 (256 H100)", _235B, 256, 8192, 1, {"tp": 2, "pp": 8, "vp": 4, "ep": 32},
+     "h100-80gb", 1633.0, True, _split_layout(32, 3), {}),
+    # ---- 26.02.01 (v0.3.1): the 30B's GB200, GB300 and B300 presets and the 235B's GB300 and GB200 as v0.3.0
+    ("26.02.01", "Qwen3 30B-A3B MXFP8 EP8 (8 GB200)", _30B, 8, 512, 4, {"ep": 8}, "gb200", 26373.0, False, None,
+     _HYBRID_ROUTER),
+    ("26.02.01", "Qwen3 30B-A3B MXFP8 EP8 (8 GB300)", _30B, 8, 512, 8, {"ep": 8}, "gb300", 30411.0, False, None,
+     _HYBRID_ROUTER),
+    ("26.02.01", "Qwen3 30B-A3B MXFP8 EP8 (8 B300)", _30B, 8, 512, 8, {"ep": 8}, "b300", 29454.0, False, None,
+     _HYBRID_ROUTER),
+    # v0.3.1's 30B _B200_BF16_V1 (its FP8_MX): MBS 4, hybridep, TE graphs of attention and the router
+    ("26.02.01", "Qwen3 30B-A3B MXFP8 EP8 (8 B200)", _30B, 8, 512, 4, {"ep": 8}, "b200", 26695.0, False, None,
+     _HYBRID_ATTN_ROUTER),
+    ("26.02.01", "Qwen3 235B MXFP8 PP4 EP32 MBS2 (256 GB300)", _235B, 256, 8192, 2, {"pp": 4, "ep": 32}, "gb300",
+     6583.0, False, _split_layout(4, 24), _HYBRID_ATTN_ROUTER),
+    ("26.02.01", "Qwen3 235B MXFP8 PP8 EP32 (256 GB200)", _235B, 256, 8192, 1, {"pp": 8, "ep": 32}, "gb200", 5530.0,
+     False, _split_layout(8, 12), _HYBRID_ATTN_ROUTER),
+    # v0.3.1's 235B H100: V1's sizes with BASE_QWEN3_235B_A22B_CONFIG's deepep
+    ("26.02.01", "Qwen3 235B FP8 TP2 PP8 VP4 EP32 (256 H100)", _235B, 256, 8192, 1,
+     {"tp": 2, "pp": 8, "vp": 4, "ep": 32}, "h100-80gb", 1611.0, True, _split_layout(32, 3), _flex("deepep")),
+)  # fmt: skip
+
+# The archived tables' rows of models ppb has that are not priced, and why (printed by bench/public_runs.py).
+SKIPPED: tuple[tuple[str, str], ...] = (
+    ("26.02 / 26.02.01 / 26.06 NVFP4 rows (Llama 3 70B, 3.1 405B)", "NVFP4: ppb prices no NVFP4 GEMMs or casts"),
+    ("26.02 / 26.02.01 / 26.06 Nemotron 3 Nano / Super", "hybrid Mamba models, which ppb does not describe"),
+    (
+        "26.02.01 Qwen3 30B-A3B FP8 (16 H100)",
+        "the table's PP 2, VP 12, EP 8 are not v0.3.1's preset (EP 16, HybridEP, no PP: 26.04's, which measured "
+        "8,960), and its 9,058 tokens/s is 1.77 times 26.02's at those sizes: which ran is unknown",
+    ),
+    (
+        "26.06 / 26.06.01 MoE rows (Qwen3, DeepSeek-V3, GPT-OSS, Kimi K2)",
+        "not transcribed (session 28); v0.5.0's presets add settings ppb does not price (e.g. Qwen3 30B GB200: "
+        "cutedsl_fused_grouped_mlp, fp8_dot_product_attention, full-iteration graphs)",
+    ),
+    (
+        "26.02.01 Qwen3 235B MXFP8 PP8 VP4 EP8 (256 B300)",
+        "the table's VP 4 is not v0.3.1's preset (PP 8 without VP, no moe_a2a_overlap, deepep)",
+    ),
+    ("26.02 / 26.02.01 DeepSeek-V3, GPT-OSS, Kimi K2 rows", "not transcribed (session 28)"),
+    (
+        "26.02.01 Llama 3 70B MXFP8 PP4 MBS2 (64 GB300)",
+        "the table's PP 4 without VP at MBS 2 is not v0.3.1's preset (PP 4, VP 5, MBS 1); at those sizes with the "
+        "preset's other flags (no recompute, no offloading) ppb's first stage peaks at 375,625 MiB of the GB300's "
+        "284,208: the run's other settings unknown",
+    ),
+)
+
+
+def _release_row(release: str, label: str, raw: dict[str, Any], gpus: int, gbs: int, tps: float, notes: tuple):
+    """A row at its container's releases and cuDNN, named by its release, in the archive's group."""
+    releases, cudnn, bridge = _RELEASES[release]
+    raw["framework_release"] = dict(releases)
+    raw["timing"]["cudnn_release"] = cudnn
+    said = (f"the {release} container's recipes as Megatron-Bridge {bridge}", *notes)
+    if "MXFP8" not in label:
+        said = (*said, "the table's FP8 as the FP8_CS preset")
+    row = _row(label, raw, gpus, gbs, tps, said)
+    return {**row, "name": f"NeMo {release} {label}", "source": f"{ARCHIVE}, {release}"}
+
+
+def nemo_release_rows() -> list[dict[str, Any]]:
+    """The archived releases' rows' fields for bench/public_runs.py's PublicRun."""
+    rows = []
+    for release, label, spec, gpus, gbs, mbs, parallel, device, tps, options, training, notes in _LLAMA_ROWS:
+        raw = _llama_run(label, spec, gpus, gbs, mbs, parallel, device, mx_gathers_apart=True, **options)
+        raw["training"].update(training)
+        rows.append(_release_row(release, label, raw, gpus, gbs, tps, notes))
+    for release, label, spec, gpus, gbs, mbs, parallel, device, tps, a2a, layout, timing in _QWEN3_ROWS:
+        recipe = "mxfp8" if "MXFP8" in label else "tensorwise"
+        raw = _qwen3_run(
+            label, spec, gpus, gbs, mbs, parallel, device, a2a_overlap=a2a, layout=layout, fp8_recipe=recipe,
+            mx_gathers_apart=True,
+        )  # fmt: skip
+        raw["timing"].update(timing)
+        rows.append(_release_row(release, label, raw, gpus, gbs, tps, ("routing balanced (forced)",)))
+    return rows
