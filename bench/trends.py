@@ -117,6 +117,8 @@ def features(row: PublicRun, run: RunConfig, iteration: Iteration) -> dict[str, 
         "p2p_overlap": run.timing.overlap_p2p_comm if par.pp > 1 else "-",
         "tp_overlap": run.timing.overlap.tp > 0 if par.tp > 1 else "-",
         "cuda_graphs": run.timing.cuda_graph_impl,
+        "dispatcher": run.timing.moe_dispatcher if getattr(spec, "num_experts", 0) else "-",
+        "offload": "layers" if training.cpu_offloading_num_layers else "modules" if training.offload_modules else "-",
         "gpus": gpus,
         "nodes": math.ceil(gpus / par.devices_per_node),
         "release": run.framework_release.megatron_core or "-",
@@ -255,6 +257,8 @@ FEATURES = (
     "p2p_overlap",
     "tp_overlap",
     "cuda_graphs",
+    "dispatcher",
+    "offload",
     "gpus",
     "nodes",
     "release",
@@ -310,6 +314,8 @@ PAIR_SETTINGS = (
     "p2p_overlap",
     "tp_overlap",
     "cuda_graphs",
+    "dispatcher",
+    "offload",
     "release",
 )
 
@@ -343,6 +349,23 @@ def print_pairs(rows: Sequence[dict[str, Any]]) -> None:
     for apart, a, b, measured, ours in pairs(rows):
         said = ", ".join(f"{k} {a[k]}->{b[k]}" for k in apart)
         print(f"{a['name'][:52]:52s} {said[:52]:52s} {measured:8.3f} {ours:6.3f} {ours / measured - 1:+8.1%}")
+    print()
+    print("pairs one setting apart, by setting: ppb's ratio over the measured one (mean, spread, range)")
+    for setting, gaps in pair_gaps(rows).items():
+        spread = statistics.pstdev(gaps)
+        print(
+            f"  {setting:14s} {len(gaps):3d} pairs  mean {statistics.fmean(gaps):+6.1%}  sd {spread:5.1%}  "
+            f"{min(gaps):+6.1%} .. {max(gaps):+6.1%}"
+        )
+
+
+def pair_gaps(rows: Sequence[dict[str, Any]]) -> dict[str, list[float]]:
+    """ppb's ratio over the measured one, minus one, of the pairs one setting apart, by that setting. The pairs
+    apart in the release alone are the floor: the same run measured again on another container."""
+    found: dict[str, list[float]] = defaultdict(list)
+    for apart, _, _, measured, ours in pairs(rows, most=1):
+        found[apart[0]].append(ours / measured - 1)
+    return dict(sorted(found.items()))
 
 
 def option(argv: list[str], name: str) -> str | None:

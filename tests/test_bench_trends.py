@@ -30,6 +30,7 @@ def test_the_177b_row_s_features_are_the_readme_table_s(row_177b):
     assert (f["mbs"], f["m"], f["m_per_pp"], f["seq"]) == (1, 24, 4.0, 4096)
     assert (f["gpus"], f["nodes"], f["sharding"], f["group"]) == (2304, 288, "zero1", "published tables")
     assert (f["tp_overlap"], f["p2p_overlap"], f["cuda_graphs"]) == (True, True, "none")
+    assert (f["dispatcher"], f["offload"], f["recompute"]) == ("-", "-", "none")
     # the README row: 432.8 TFLOP/s per GPU of Megatron's FLOP count; the error is ppb's seconds over those
     assert f["error"] == pytest.approx(f["ppb_s"] / f["published_s"] - 1)
     assert 0 < f["share_bubble"] < 1 and 0 < f["share_dp_communication"] < 1
@@ -72,7 +73,8 @@ def _row(name: str, published_s: float, ppb_s: float, **settings) -> dict:
     """A row of one model, every setting at one value but *settings*."""
     base = dict.fromkeys(("framework", "device", "family", "moe"), "x") | {"hidden": 4096, "layers": 32}
     base |= dict.fromkeys(("tp", "pp", "vp", "cp", "ep", "dp", "mbs", "m", "gpus"), 1) | {"seq": 4096}
-    words = ("precision", "sharding", "recompute", "p2p_overlap", "tp_overlap", "cuda_graphs", "release")
+    words = ("precision", "sharding", "recompute", "p2p_overlap", "tp_overlap", "cuda_graphs", "dispatcher")
+    words += ("offload", "release")
     base |= dict.fromkeys(words, "-") | {"name": name, "published_s": published_s, "ppb_s": ppb_s}
     return base | settings
 
