@@ -1,6 +1,6 @@
 """The public runs' signed errors by feature: which settings the misses follow, device by device.
 
-    python bench/trends.py [--table] [--within device|group] [--pairs] [--where FEATURE=VALUE ...]
+    python bench/trends.py [--table] [--within device|group|cell] [--pairs] [--where FEATURE=VALUE ...]
         [--dump|--rows FILE]
 
 Each row of bench/public_runs.py is read back through its run config (`features`): framework, device,
@@ -13,7 +13,8 @@ ppb's seconds over the published ones minus one (negative: ppb is fast).
 
 A feature separates the errors only apart from what the device (or the group: one source, one
 release, one framework) already explains, so each row's error is taken against the mean of its
-device's rows (`--within group`: its group's): the residual. For every feature the residuals are
+device's rows (`--within group`: its group's; `--within cell`: its device's in its group, the strictest): the
+residual. For every feature the residuals are
 printed by value (categories) or by tercile (numbers, with the Spearman rank correlation over the rows
 whose device holds at least `MIN_ROWS` of them); a feature whose buckets differ by more than their
 spread is one to look into with bench/decompose.py. `--table` prints every row's features and error.
@@ -45,6 +46,7 @@ from ppb_core.config.recompute import MegatronRecompute, TorchtitanRecompute  # 
 from ppb_core.config.run import RunConfig  # noqa: E402
 from ppb_core.timing.iteration import Iteration  # noqa: E402
 
+WITHIN = ("device", "group", "cell")  # what a residual is taken against (a cell: one device in one group)
 MIN_ROWS = 5  # a device's (or group's) rows below this many leave the rank correlations out
 CATEGORIES = 6  # a number with at most this many values is bucketed by value, else by tercile
 SHARES = ("bubble", "p2p", "dp_communication", "fsdp_communication", "optimizer")
@@ -95,6 +97,7 @@ def features(row: PublicRun, run: RunConfig, iteration: Iteration) -> dict[str, 
         "group": group_of(row.source),
         "framework": run.framework,
         "device": run.device.name or "custom",
+        "cell": f"{run.device.name or 'custom'} / {group_of(row.source)}",
         "precision": precision(run),
         "family": getattr(spec, "family", "vision"),
         "moe": "moe" if getattr(spec, "num_experts", 0) else "dense",
@@ -157,6 +160,14 @@ def residuals(rows: Sequence[dict[str, Any]], within: str) -> list[float]:
     for row in rows:
         by[row[within]].append(row["error"])
     return [row["error"] - statistics.fmean(by[row[within]]) for row in rows]
+
+
+def explained(rows: Sequence[dict[str, Any]], key: str) -> float:
+    """The share of the errors' variance that the means of the rows sharing *key* account for (R² of its
+    means; 0 when the errors do not vary)."""
+    total = statistics.pvariance([row["error"] for row in rows])
+    left = statistics.fmean(r * r for r in residuals(rows, key))
+    return 1 - left / total if total else 0.0
 
 
 def ranks(values: Sequence[float]) -> list[float]:
@@ -284,6 +295,12 @@ def print_table(rows: Sequence[dict[str, Any]]) -> None:
 def print_trends(rows: Sequence[dict[str, Any]], within: str) -> None:
     """For every feature, the mean residual (error against the row's device or group) by bucket."""
     residual = residuals(rows, within)
+    errors = [row["error"] for row in rows]
+    print(
+        f"{len(rows)} rows, signed error mean {statistics.fmean(errors):+.1%}, sd {statistics.pstdev(errors):.1%}; "
+        "its variance the means account for: "
+        + ", ".join(f"{key} {explained(rows, key):.0%}" for key in ("framework", *WITHIN))
+    )
     print(f"mean signed error by {within} (the residuals below are against these):")
     for value, n, mean in by_feature(rows, within, [row["error"] for row in rows]):
         print(f"  {value:40s} {n:4d} rows  {mean:+6.1%}")
@@ -383,8 +400,8 @@ def kept(rows: list[dict[str, Any]], argv: list[str]) -> list[dict[str, Any]]:
 
 def main(argv: list[str]) -> int:
     within = option(argv, "--within") or "device"
-    if within not in ("device", "group"):
-        print(f"bench/trends.py: --within {within}: device or group", file=sys.stderr)
+    if within not in WITHIN:
+        print(f"bench/trends.py: --within {within}: one of {', '.join(WITHIN)}", file=sys.stderr)
         return 2
     dumped = option(argv, "--rows")
     rows = json.loads(Path(dumped).read_text()) if dumped else collect()

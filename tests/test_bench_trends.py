@@ -46,6 +46,18 @@ def test_residuals_are_against_the_mean_of_the_row_s_device(bench):
     assert bench.residuals(rows, "device") == pytest.approx([0.05, -0.05, 0.0])
 
 
+def test_explained_variance_by_hand(bench):
+    rows = [
+        {"device": "a", "error": -0.10},
+        {"device": "a", "error": -0.20},
+        {"device": "b", "error": 0.05},
+        {"device": "b", "error": 0.05},
+    ]
+    # mean −0.05; deviations −0.05, −0.15, +0.10, +0.10: variance (0.0025 + 0.0225 + 0.01 + 0.01) / 4 = 0.01125;
+    # against the devices' means (−0.15, +0.05): +0.05, −0.05, 0, 0: (0.0025 + 0.0025) / 4 = 0.00125 left
+    assert bench.explained(rows, "device") == pytest.approx(1 - 0.00125 / 0.01125)
+
+
 def test_spearman_by_hand(bench):
     # ties share their mean rank: [1, 2, 2, 3] -> ranks [1, 2.5, 2.5, 4]
     assert bench.ranks([1, 2, 2, 3]) == [1.0, 2.5, 2.5, 4.0]
