@@ -20,7 +20,7 @@ tags touches only SFT, LoRA, NVFP4 and new systems' presets), and llama3_llm_pre
 (userbuffers TP overlap, BF16 gradient reduction, Megatron FSDP's double buffer and no gradient accumulation
 fusion), utils/overrides.py `set_post_overrides` (parameter gathers with the optimizer step where DP, PP and VP
 exceed 1, not for fp8_mx: the same at the three tags). So each row is bench/_nemo.py's `_llama_run` of its 26.04
-sibling, with its own container's releases. The 26.02 and 26.02.01 Qwen3 30B-A3B rows likewise (`_QWEN3_ROWS`).
+sibling, with its own container's releases. The 26.02 and 26.02.01 Qwen3 rows likewise (`_QWEN3_ROWS`).
 """
 
 from __future__ import annotations
@@ -32,6 +32,7 @@ from _nemo import (
     _405B_ONE_A_STAGE,
     _ROUTER,
     QWEN3_30B_A3B,
+    QWEN3_235B_A22B,
     _flex,
     _llama_run,
     _qwen3_run,
@@ -125,39 +126,66 @@ _LLAMA_ROWS: tuple[tuple[Any, ...], ...] = (
      {"tp": 8, "pp": 8, "cp": 2, "vp": 8}, "h100-80gb", 326.0, {"layout": _405B_LAYOUT}, {}, ()),
 )  # fmt: skip
 
-# The Qwen3 30B-A3B rows (sequence 4096, GBS 512 on 8 GPUs, 1024 on 16): configs/qwen/qwen3_workload_base_configs.py
-# `QWEN3_30B_A3B_PRETRAIN_CONFIG_<GPU>_<PRECISION>_V1` at the row's tag, qwen3_llm_pretrain.py (the preset's
-# moe_flex_dispatcher_backend into the recipe: recipes/qwen/qwen3_moe.py -> flex_dispatcher_backend.py
-# `apply_flex_dispatcher_backend`, which leaves the provider's alltoall where the preset names none) and
-# `set_qwen3_common_configs` (no recompute, router fusion, forced balance, BF16 gradient reduction); HybridEP on the 32
-# SMs utils/overrides.py `_set_common_perf_overrides` gives it (v0.3.0, v0.3.1). bench/_nemo.py's `_qwen3_run`.
-# (release, label, GPUs, GBS, MBS, parallel, device, tokens/s per GPU, moe_a2a_overlap, timing words)
+# The Qwen3 rows (sequence 4096): configs/qwen/qwen3_workload_base_configs.py `QWEN3_30B_A3B_PRETRAIN_CONFIG_<GPU>_
+# <PRECISION>_V1` (GBS 512 on 8 GPUs, 1024 on 16) and `QWEN3_235B_A22B_..._V2` (256 GPUs, GBS 8192) at the row's tag,
+# qwen3_llm_pretrain.py (the preset's moe_flex_dispatcher_backend into the recipe: recipes/qwen/qwen3_moe.py ->
+# flex_dispatcher_backend.py `apply_flex_dispatcher_backend`, which leaves the provider's alltoall where the preset
+# names none; v0.3.1's BASE_QWEN3_*_CONFIG name deepep) and `set_qwen3_common_configs` (no recompute, router fusion,
+# forced balance, BF16 gradient reduction); HybridEP on the 32 SMs utils/overrides.py `_set_common_perf_overrides`
+# gives it (v0.3.0, v0.3.1); the 235B recipe counts the embedding and the loss as layers (96 over the virtual
+# stages). bench/_nemo.py's `_qwen3_run`.
+# (release, label, spec, GPUs, GBS, MBS, parallel, device, tokens/s per GPU, moe_a2a_overlap, layout, timing words)
+_30B, _235B = QWEN3_30B_A3B, QWEN3_235B_A22B
+_HYBRID_ROUTER = {**_flex("hybridep"), **_te_graphs(*_ROUTER)}
+_HYBRID_ATTN_ROUTER = {**_flex("hybridep"), **_te_graphs("attn", *_ROUTER)}
 _QWEN3_ROWS: tuple[tuple[Any, ...], ...] = (
     # ---- 26.02 (v0.3.0)
-    # ..._GB200_FP8_MX_V1: MBS 4, hybridep, TE graphs of the router (its FP8_CS sibling's add attention)
-    ("26.02", "Qwen3 30B-A3B MXFP8 EP8 (8 GB200)", 8, 512, 4, {"ep": 8}, "gb200", 26084.0, False,
-     {**_flex("hybridep"), **_te_graphs(*_ROUTER)}),
+    # 30B ..._GB200_FP8_MX_V1: MBS 4, hybridep, TE graphs of the router (its FP8_CS sibling's add attention)
+    ("26.02", "Qwen3 30B-A3B MXFP8 EP8 (8 GB200)", _30B, 8, 512, 4, {"ep": 8}, "gb200", 26084.0, False, None,
+     _HYBRID_ROUTER),
     # ..._GB300_FP8_MX_V1 = _FP8_CS_V1 (and B300's alike): MBS 8, hybridep, TE graphs of the router
-    ("26.02", "Qwen3 30B-A3B MXFP8 EP8 (8 GB300)", 8, 512, 8, {"ep": 8}, "gb300", 30376.0, False,
-     {**_flex("hybridep"), **_te_graphs(*_ROUTER)}),
-    ("26.02", "Qwen3 30B-A3B MXFP8 EP8 (8 B300)", 8, 512, 8, {"ep": 8}, "b300", 29521.0, False,
-     {**_flex("hybridep"), **_te_graphs(*_ROUTER)}),
+    ("26.02", "Qwen3 30B-A3B MXFP8 EP8 (8 GB300)", _30B, 8, 512, 8, {"ep": 8}, "gb300", 30376.0, False, None,
+     _HYBRID_ROUTER),
+    ("26.02", "Qwen3 30B-A3B MXFP8 EP8 (8 B300)", _30B, 8, 512, 8, {"ep": 8}, "b300", 29521.0, False, None,
+     _HYBRID_ROUTER),
     # ..._B200_FP8_MX_V1 = _B200_BF16_V1: MBS 1 (WorkloadBaseConfig's), no backend (alltoall), graphs of the router
-    ("26.02", "Qwen3 30B-A3B MXFP8 EP8 MBS1 (8 B200)", 8, 512, 1, {"ep": 8}, "b200", 9691.0, False,
+    ("26.02", "Qwen3 30B-A3B MXFP8 EP8 MBS1 (8 B200)", _30B, 8, 512, 1, {"ep": 8}, "b200", 9691.0, False, None,
      _te_graphs(*_ROUTER)),
     # ..._H100_FP8_CS_V1: 16 GPUs, GBS 1024, PP 2, VP 12, EP 8, moe_a2a_overlap, deepep, no graphs
-    ("26.02", "Qwen3 30B-A3B FP8 PP2 VP12 EP8 (16 H100)", 16, 1024, 1, {"pp": 2, "vp": 12, "ep": 8}, "h100-80gb",
-     5113.0, True, _flex("deepep")),
-    # ---- 26.02.01 (v0.3.1): GB200, GB300 and B300 as v0.3.0
-    ("26.02.01", "Qwen3 30B-A3B MXFP8 EP8 (8 GB200)", 8, 512, 4, {"ep": 8}, "gb200", 26373.0, False,
-     {**_flex("hybridep"), **_te_graphs(*_ROUTER)}),
-    ("26.02.01", "Qwen3 30B-A3B MXFP8 EP8 (8 GB300)", 8, 512, 8, {"ep": 8}, "gb300", 30411.0, False,
-     {**_flex("hybridep"), **_te_graphs(*_ROUTER)}),
-    ("26.02.01", "Qwen3 30B-A3B MXFP8 EP8 (8 B300)", 8, 512, 8, {"ep": 8}, "b300", 29454.0, False,
-     {**_flex("hybridep"), **_te_graphs(*_ROUTER)}),
-    # v0.3.1's _B200_BF16_V1 (its FP8_MX): MBS 4, hybridep, TE graphs of attention and the router
-    ("26.02.01", "Qwen3 30B-A3B MXFP8 EP8 (8 B200)", 8, 512, 4, {"ep": 8}, "b200", 26695.0, False,
-     {**_flex("hybridep"), **_te_graphs("attn", *_ROUTER)}),
+    ("26.02", "Qwen3 30B-A3B FP8 PP2 VP12 EP8 (16 H100)", _30B, 16, 1024, 1, {"pp": 2, "vp": 12, "ep": 8},
+     "h100-80gb", 5113.0, True, None, _flex("deepep")),
+    # 235B ..._GB300_FP8_MX_V2 (= _FP8_CS_V2): V1's MBS 2 and hybridep, PP 4 (no VP), EP 32, graphs of attention and
+    # the router; ..._GB200_FP8_MX_V2: V1's PP 8, hybridep and graphs, EP 32
+    ("26.02", "Qwen3 235B MXFP8 PP4 EP32 MBS2 (256 GB300)", _235B, 256, 8192, 2, {"pp": 4, "ep": 32}, "gb300",
+     6583.0, False, _split_layout(4, 24), _HYBRID_ATTN_ROUTER),
+    ("26.02", "Qwen3 235B MXFP8 PP8 EP32 (256 GB200)", _235B, 256, 8192, 1, {"pp": 8, "ep": 32}, "gb200", 5448.0,
+     False, _split_layout(8, 12), _HYBRID_ATTN_ROUTER),
+    # ..._B300_FP8_MX_V2: V1's PP 8, VP 4, EP 8, moe_a2a_overlap, no backend (alltoall), no graphs
+    ("26.02", "Qwen3 235B MXFP8 PP8 VP4 EP8 (256 B300)", _235B, 256, 8192, 1, {"pp": 8, "vp": 4, "ep": 8}, "b300",
+     2691.0, True, _split_layout(32, 3), {}),
+    # ..._B200_FP8_MX_V2: V1's PP 8, EP 8, no moe_a2a_overlap, alltoall, no graphs
+    ("26.02", "Qwen3 235B MXFP8 PP8 EP8 (256 B200)", _235B, 256, 8192, 1, {"pp": 8, "ep": 8}, "b200", 3805.0, False,
+     _split_layout(8, 12), {}),
+    # ..._H100_FP8_CS_V2: V1's TP 2, PP 8, VP 4, EP 32, moe_a2a_overlap (tp_comm_overlap off), alltoall, no graphs
+    ("26.02", "Qwen3 235B FP8 TP2 PP8 VP4 EP32 (256 H100)", _235B, 256, 8192, 1, {"tp": 2, "pp": 8, "vp": 4, "ep": 32},
+     "h100-80gb", 1633.0, True, _split_layout(32, 3), {}),
+    # ---- 26.02.01 (v0.3.1): the 30B's GB200, GB300 and B300 presets and the 235B's GB300 and GB200 as v0.3.0
+    ("26.02.01", "Qwen3 30B-A3B MXFP8 EP8 (8 GB200)", _30B, 8, 512, 4, {"ep": 8}, "gb200", 26373.0, False, None,
+     _HYBRID_ROUTER),
+    ("26.02.01", "Qwen3 30B-A3B MXFP8 EP8 (8 GB300)", _30B, 8, 512, 8, {"ep": 8}, "gb300", 30411.0, False, None,
+     _HYBRID_ROUTER),
+    ("26.02.01", "Qwen3 30B-A3B MXFP8 EP8 (8 B300)", _30B, 8, 512, 8, {"ep": 8}, "b300", 29454.0, False, None,
+     _HYBRID_ROUTER),
+    # v0.3.1's 30B _B200_BF16_V1 (its FP8_MX): MBS 4, hybridep, TE graphs of attention and the router
+    ("26.02.01", "Qwen3 30B-A3B MXFP8 EP8 (8 B200)", _30B, 8, 512, 4, {"ep": 8}, "b200", 26695.0, False, None,
+     _HYBRID_ATTN_ROUTER),
+    ("26.02.01", "Qwen3 235B MXFP8 PP4 EP32 MBS2 (256 GB300)", _235B, 256, 8192, 2, {"pp": 4, "ep": 32}, "gb300",
+     6583.0, False, _split_layout(4, 24), _HYBRID_ATTN_ROUTER),
+    ("26.02.01", "Qwen3 235B MXFP8 PP8 EP32 (256 GB200)", _235B, 256, 8192, 1, {"pp": 8, "ep": 32}, "gb200", 5530.0,
+     False, _split_layout(8, 12), _HYBRID_ATTN_ROUTER),
+    # v0.3.1's 235B H100: V1's sizes with BASE_QWEN3_235B_A22B_CONFIG's deepep
+    ("26.02.01", "Qwen3 235B FP8 TP2 PP8 VP4 EP32 (256 H100)", _235B, 256, 8192, 1,
+     {"tp": 2, "pp": 8, "vp": 4, "ep": 32}, "h100-80gb", 1611.0, True, _split_layout(32, 3), _flex("deepep")),
 )  # fmt: skip
 
 # The archived tables' rows of models ppb has that are not priced, and why (printed by bench/public_runs.py).
@@ -175,9 +203,10 @@ SKIPPED: tuple[tuple[str, str], ...] = (
         "cutedsl_fused_grouped_mlp, fp8_dot_product_attention, full-iteration graphs)",
     ),
     (
-        "26.02 / 26.02.01 Qwen3 235B, DeepSeek-V3, GPT-OSS, Kimi K2 rows",
-        "not transcribed (session 28)",
+        "26.02.01 Qwen3 235B MXFP8 PP8 VP4 EP8 (256 B300)",
+        "the table's VP 4 is not v0.3.1's preset (PP 8 without VP, no moe_a2a_overlap, deepep)",
     ),
+    ("26.02 / 26.02.01 DeepSeek-V3, GPT-OSS, Kimi K2 rows", "not transcribed (session 28)"),
     (
         "26.02.01 Llama 3 70B MXFP8 PP4 MBS2 (64 GB300)",
         "the table's PP 4 without VP at MBS 2 is not v0.3.1's preset (PP 4, VP 5, MBS 1); at those sizes with the "
@@ -206,10 +235,10 @@ def nemo_release_rows() -> list[dict[str, Any]]:
         raw = _llama_run(label, spec, gpus, gbs, mbs, parallel, device, mx_gathers_apart=True, **options)
         raw["training"].update(training)
         rows.append(_release_row(release, label, raw, gpus, gbs, tps, notes))
-    for release, label, gpus, gbs, mbs, parallel, device, tps, a2a, timing in _QWEN3_ROWS:
+    for release, label, spec, gpus, gbs, mbs, parallel, device, tps, a2a, layout, timing in _QWEN3_ROWS:
         recipe = "mxfp8" if "MXFP8" in label else "tensorwise"
         raw = _qwen3_run(
-            label, QWEN3_30B_A3B, gpus, gbs, mbs, parallel, device, a2a_overlap=a2a, fp8_recipe=recipe,
+            label, spec, gpus, gbs, mbs, parallel, device, a2a_overlap=a2a, layout=layout, fp8_recipe=recipe,
             mx_gathers_apart=True,
         )  # fmt: skip
         raw["timing"].update(timing)

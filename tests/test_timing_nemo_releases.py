@@ -17,9 +17,9 @@ def rows(public):
 
 
 def test_archive_rows_convert_their_tables_figures(rows):
-    # 26.02: 10 dense rows and 5 Qwen3 30B-A3B, 26.02.01: 8 dense (its GB300 70B MXFP8 row not priced) and 4 Qwen3
-    # (its H100 row not priced), 26.06: 5 dense
-    assert len(rows) == 32
+    # 26.02: 10 dense rows, 5 Qwen3 30B-A3B and 5 235B; 26.02.01: 8 dense (its GB300 70B MXFP8 row not priced), 4 30B
+    # (its H100 row not priced) and 3 235B (its B300 row not priced); 26.06: 5 dense
+    assert len(rows) == 40
     # 26.02 Llama 3 70B on 64 H100 at 1,621 tokens/s each: 256 · 8192 / (1621 · 64) = 2,097,152 / 103,744 = 20.2147
     assert rows["NeMo 26.02 Llama 3 70B FP8 TP4 PP8 GBS256 (64 H100)"].seconds == pytest.approx(20.2147, rel=1e-5)
     # 26.06 Llama 3.1 405B on 1024 H100 at 326: 1536 · 8192 / (326 · 1024) = 12,582,912 / 333,824 = 37.6932 s
@@ -64,6 +64,13 @@ def test_archive_qwen3_rows_take_their_tags_presets(public, rows):
     assert (h100.parallel.dp, h100.parallel.vpp, h100.training.micro_batches) == (8, 12, 128)
     assert h100.timing.moe_dispatcher == "deepep" and h100.parallel.overlap_moe_expert_parallel_comm
     assert h100.timing.delay_wgrad_compute
+    # the 235B on 256 H100, TP 2 · PP 8 = 16, DP 16, 8192 / 16 = 512 micro-batches; 94 layers + the embedding and the
+    # loss over 8 · 4 virtual stages of 3. v0.3.0 names no backend (alltoall), v0.3.1's base config DeepEP
+    big_old = public.config(rows["NeMo 26.02 Qwen3 235B FP8 TP2 PP8 VP4 EP32 (256 H100)"])
+    big_new = public.config(rows["NeMo 26.02.01 Qwen3 235B FP8 TP2 PP8 VP4 EP32 (256 H100)"])
+    assert (big_old.parallel.dp, big_old.training.micro_batches) == (16, 512)
+    assert sum(map(sum, big_old.layout_cells())) == 94 and big_old.layout_cells()[0][0] == 2
+    assert (big_old.timing.moe_dispatcher, big_new.timing.moe_dispatcher) == ("alltoall", "deepep")
 
 
 def test_archive_fsdp_rows_offload_as_their_presets(public, rows):
@@ -79,8 +86,8 @@ def test_archive_fsdp_rows_offload_as_their_presets(public, rows):
 def test_archive_rows_are_a_group_of_their_own(public, rows):
     results = [(row, row.seconds) for row in rows.values()]
     found = public.groups(results)
-    assert len(found["NeMo archive 26.02 / 26.02.01 / 26.06 (session 28)"]) == 32
-    assert sum(map(len, found.values())) == 32  # no other group takes one
+    assert len(found["NeMo archive 26.02 / 26.02.01 / 26.06 (session 28)"]) == 40
+    assert sum(map(len, found.values())) == 40  # no other group takes one
 
 
 def test_archive_rows_fit_their_devices(public, rows):
