@@ -244,6 +244,22 @@ def controlled_spearman(rows: Sequence[dict[str, Any]], name: str, residual: Seq
     return spearman([k[0] for k in kept], [k[1] for k in kept]) if kept else 0.0
 
 
+def within_t(rows: Sequence[dict[str, Any]], name: str, within: str) -> float:
+    """The t statistic of a numeric feature's slope in a least-squares fit of the error on it and one constant
+    per *within* value (a fixed effect: each device's, group's or cell's own mean): by Frisch-Waugh-Lovell the
+    slope of the errors on the feature both taken against their *within* means, its variance the residuals'
+    (n − values − 1 degrees of freedom) over the feature's spread (0 when the feature does not vary within)."""
+    x = residuals([{within: row[within], "error": float(row[name])} for row in rows], within)
+    y = residuals(rows, within)
+    sxx = sum(v * v for v in x)
+    freedom = len(rows) - len({row[within] for row in rows}) - 1
+    if sxx <= 0 or freedom <= 0:
+        return 0.0
+    slope = sum(a * b for a, b in zip(x, y, strict=True)) / sxx
+    left = sum((b - slope * a) ** 2 for a, b in zip(x, y, strict=True)) / freedom
+    return slope / math.sqrt(left / sxx) if left > 0 else math.copysign(math.inf, slope)
+
+
 FEATURES = (
     "framework",
     "precision",
@@ -305,12 +321,18 @@ def print_trends(rows: Sequence[dict[str, Any]], within: str) -> None:
     for value, n, mean in by_feature(rows, within, [row["error"] for row in rows]):
         print(f"  {value:40s} {n:4d} rows  {mean:+6.1%}")
     print()
-    print(f"{'feature':22s} rho   buckets: value (rows) mean residual against the row's {within}")
+    print(
+        f"{'feature':22s} rho     t   buckets: value (rows) mean residual against the row's {within} "
+        f"(t: the slope's in a fit with one constant per {within})"
+    )
     for name in FEATURES:
         values = [row[name] for row in rows]
-        rho = f"{controlled_spearman(rows, name, residual, within):+.2f}" if numeric(values) else "    "
+        if numeric(values):
+            said = f"{controlled_spearman(rows, name, residual, within):+.2f} {within_t(rows, name, within):+5.1f}"
+        else:
+            said = " " * 11
         cells = "  ".join(f"{b} ({n}) {mean:+.1%}" for b, n, mean in by_feature(rows, name, residual))
-        print(f"{name:22s} {rho}  {cells}")
+        print(f"{name:22s} {said}  {cells}")
 
 
 # A pair is two rows of one model (these equal) whose settings (`PAIR_SETTINGS`) differ in one or two.

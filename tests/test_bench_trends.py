@@ -58,6 +58,25 @@ def test_explained_variance_by_hand(bench):
     assert bench.explained(rows, "device") == pytest.approx(1 - 0.00125 / 0.01125)
 
 
+def test_within_t_by_hand(bench):
+    # device a: x 0, 1, 2 with errors 0, 0.1, 0.3; device b: x 0, 1 with errors 0.5, 0.5.
+    # Against the devices' means: a's x −1, 0, 1, errors −0.1333, −0.0333, +0.1667; b's x −0.5, +0.5, errors 0, 0.
+    # sxx = 1 + 0 + 1 + 0.25 + 0.25 = 2.5; sxy = 0.1333 + 0.1667 = 0.3: slope 0.12.
+    # Residuals: −0.1333 + 0.12 = −0.0133, −0.0333, 0.1667 − 0.12 = 0.0467, +0.06, −0.06:
+    # their squares 0.000178 + 0.001111 + 0.002178 + 0.0036 + 0.0036 = 0.010667 over 5 − 2 − 1 = 2: 0.005333;
+    # se = sqrt(0.005333 / 2.5) = 0.046188, t = 0.12 / 0.046188 = 2.598
+    rows = [
+        {"device": "a", "x": 0, "error": 0.0},
+        {"device": "a", "x": 1, "error": 0.1},
+        {"device": "a", "x": 2, "error": 0.3},
+        {"device": "b", "x": 0, "error": 0.5},
+        {"device": "b", "x": 1, "error": 0.5},
+    ]
+    assert bench.within_t(rows, "x", "device") == pytest.approx(2.598, abs=1e-3)
+    # a feature constant within every device has no slope to fit
+    assert bench.within_t([{**r, "x": 1 if r["device"] == "a" else 2} for r in rows], "x", "device") == 0.0
+
+
 def test_spearman_by_hand(bench):
     # ties share their mean rank: [1, 2, 2, 3] -> ranks [1, 2.5, 2.5, 4]
     assert bench.ranks([1, 2, 2, 3]) == [1.0, 2.5, 2.5, 4.0]
