@@ -94,7 +94,14 @@ sys.path.insert(0, str(ROOT / "bench"))  # also when a test loads this file by i
 
 from _bigscience import BLOOM, bloom_row  # noqa: E402
 from _measure import machine  # noqa: E402
-from _mindformers import CARDS, MINDFORMERS, mindformers_card_rows, mindformers_rows  # noqa: E402
+from _mindformers import (  # noqa: E402
+    CARDS,
+    CARDS_V130,
+    MINDFORMERS,
+    mindformers_card_rows,
+    mindformers_rows,
+    mindformers_v130_rows,
+)
 from _nemo import (  # noqa: E402
     NEMO,
     NEMO_2511_GPT_OSS,
@@ -670,6 +677,11 @@ def _mindformers_card_runs() -> list[PublicRun]:
     return [PublicRun(**row) for row in mindformers_card_rows()]
 
 
+def _mindformers_v130_runs() -> list[PublicRun]:
+    """MindFormers' v1.3.0 Qwen cards (bench/_mindformers.py `V130_ROWS`)."""
+    return [PublicRun(**row) for row in mindformers_v130_rows()]
+
+
 def public_runs() -> list[PublicRun]:
     return [
         *_megatron_runs(),
@@ -687,6 +699,7 @@ def public_runs() -> list[PublicRun]:
         *_mindformers_runs(),
         *_mindformers_card_runs(),
         *_paper_runs(),
+        *_mindformers_v130_runs(),
     ]
 
 
@@ -768,6 +781,7 @@ GROUPS = {
     "MindFormers": lambda source: source.startswith(MINDFORMERS),
     "MindFormers model-card": lambda source: source.startswith(CARDS),
     "2021 A100 papers: Narayanan Table 1, MT-NLG (session 28)": lambda source: source in PAPERS,
+    "MindFormers v1.3.0 Qwen cards (session 28)": lambda source: source.startswith(CARDS_V130),
 }
 
 
