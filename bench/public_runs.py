@@ -98,6 +98,7 @@ from _mindformers import (  # noqa: E402
     CARDS,
     CARDS_V130,
     MINDFORMERS,
+    SKIPPED_V130,
     mindformers_card_rows,
     mindformers_rows,
     mindformers_v130_rows,
@@ -937,7 +938,7 @@ def main() -> int:
         print(f"not priced: NeMo {label}: {reason}")
     for label, reason in (*SKIPPED, *SKIPPED_2407, *SKIPPED_NEMO2):  # bench/_nemo_releases.py, bench/_nemo_2407.py
         print(f"not priced: NeMo {label}: {reason}")
-    for label, reason in NARAYANAN_SKIPPED:  # bench/_papers.py
+    for label, reason in (*NARAYANAN_SKIPPED, *SKIPPED_V130):  # bench/_papers.py, bench/_mindformers.py
         print(f"not priced: {label}: {reason}")
     print(
         "mbs 2: the Megatron rows with micro-batches of 2 sequences (the table does not state the size; "
