@@ -602,6 +602,12 @@ class Device(StrictModel):
     attention_back_to_back_share: Efficiency | None = Field(
         None, description="a training step's attention, back to back, over the single-call attention rates"
     )
+    mxfp8_quantize_efficiency: ZeroOrEfficiency | None = Field(
+        None, description="HBM share TE's MXFP8 quantize kernels reach (0: memory_efficiency)"
+    )
+    fp8_quantize_efficiency: ZeroOrEfficiency | None = Field(
+        None, description="HBM share TE's current-scaling FP8 quantize kernels reach (0: memory_efficiency)"
+    )
     gemm_epilogue_overlapped: bool | None = None
     fp8_tile_overhead_us: Latency | None = Field(None, description="fixed time per output tile of an FP8 GEMM")
     gemm_kernel_us: Latency | None = Field(None, description="fixed time of every 16-bit GEMM kernel")
@@ -1876,17 +1882,27 @@ def check_fused_determinism(framework: str, timing: TimingOptions, device: Devic
         raise InputError(where, "timing.te_attention_backend", said)
 
 
+def misplaced_release(framework: str, release: FrameworkRelease) -> tuple[str, str] | None:
+    """The first release *release* states that *framework* does not read, and why (None: every one is read):
+    Megatron reads all three; torchtitan its PyTorch's (FSDP2's root rule, `releases.CHANGES`)."""
+    read = {"megatron": (MEGATRON_CORE, TRANSFORMER_ENGINE, PYTORCH), "torchtitan": (PYTORCH,)}.get(framework, ())
+    for library in (MEGATRON_CORE, TRANSFORMER_ENGINE, PYTORCH):
+        if getattr(release, library) is not None and library not in read:
+            whose = (
+                "is read under frameworks megatron and torchtitan only"
+                if library == PYTORCH
+                else ("is Megatron-Core's and Transformer Engine's")
+            )
+            return library, whose
+    return None
+
+
 def _check_run(run: RunConfig, where: str) -> None:
     par, train = run.parallel, run.training
     release = run.framework_release
-    if run.framework != "megatron" and release.stated:
-        stated = [lib for lib in (MEGATRON_CORE, TRANSFORMER_ENGINE, PYTORCH) if getattr(release, lib) is not None]
-        library = stated[0]
-        whose = (
-            "is read under framework megatron only"
-            if library == PYTORCH
-            else "is Megatron-Core's and Transformer Engine's"
-        )
+    misplaced = misplaced_release(run.framework, release)
+    if misplaced is not None:
+        library, whose = misplaced
         said = f"{whose}; this run's framework is {run.framework}"
         raise InputError(where, f"framework_release.{library}", said)
     if release.megatron_core is not None and "interleaved_send_waits" in run.timing.model_fields_set:
