@@ -31,7 +31,6 @@ from typing import Any
 
 NARAYANAN = "Narayanan et al. 2021, Table 1 (Megatron-LM README images/cases_april2021.png at 50a4b5fa02)"
 MTNLG = "Smith et al. 2022 (MT-NLG 530B), §2.4"
-PAPERS = (NARAYANAN, MTNLG)
 
 # Megatron-LM's 2021/2022 GEMMs on A100: CUTLASS 2.2's measured 235.1 TFLOP/s (3456×4096×8192) through our
 # GEMM model (tests/test_timing_korthikanti.py), the Ampere-era ceiling the Korthikanti rows take; the

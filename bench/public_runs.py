@@ -119,7 +119,7 @@ from _nemo import (  # noqa: E402
 from _nemo2 import NEMO2, SKIPPED_NEMO2, nemo2_rows  # noqa: E402
 from _nemo_2407 import NEMO_2407, SKIPPED_2407, nemo_2407_rows  # noqa: E402
 from _nemo_releases import ARCHIVE, SKIPPED, nemo_release_rows  # noqa: E402
-from _papers import NARAYANAN_SKIPPED, PAPERS, paper_rows  # noqa: E402
+from _papers import MTNLG, NARAYANAN, NARAYANAN_SKIPPED, paper_rows  # noqa: E402
 from _public import (  # noqa: E402
     LLAMA3_405B,
     MEGATRON_TESTS,
@@ -781,7 +781,8 @@ GROUPS = {
     "BLOOM": lambda source: source.startswith(BLOOM),
     "MindFormers": lambda source: source.startswith(MINDFORMERS),
     "MindFormers model-card": lambda source: source.startswith(CARDS),
-    "2021 A100 papers: Narayanan Table 1, MT-NLG (session 28)": lambda source: source in PAPERS,
+    "Narayanan 2021 Table 1, SC21 scripts (session 28)": lambda source: source == NARAYANAN,
+    "MT-NLG 530B, micro-batch unstated (session 28)": lambda source: source == MTNLG,
     "MindFormers v1.3.0 Qwen cards (session 28)": lambda source: source.startswith(CARDS_V130),
 }
 
