@@ -72,6 +72,9 @@ Sources:
 - MindFormers' model cards at v1.4.0-beta2 (a4dfb8219): every training tokens/s/p on Atlas 800T A2 or
   Atlas 900 A2 PoDc (Ascend 910B) whose yaml at that commit states a setting ppb can price; the rows
   left out and why are in bench/_mindformers.py. A group of their own.
+- Narayanan et al. 2021 Table 1 (GPT 1.7B-1T on A100, the settings of its examples/sc21 scripts) and MT-NLG
+  530B's iteration seconds (bench/_papers.py); MindFormers v1.3.0's Qwen cards (bench/_mindformers.py
+  `V130_ROWS`). Groups of their own (session 28).
 
 Prints each row's published and predicted seconds and the error, then the mean absolute error of
 each group of rows and of all; then the H100-vs-A100 pairs of identical configs; with --classes, for
