@@ -53,8 +53,8 @@ Sources:
   21d102f5e, recipes v0.4.2): Llama 3 70B / 3.1 405B, Qwen3 30B-A3B / 235B-A22B and DeepSeek-V3 on H100, B200
   and GB200 where ppb prices the preset (no NVFP4, CPU offloading, Mamba, Muon), a group of its own; its DGX-GB300
   and DGX-B300 rows, and 25.11's DGX-GB300 ones (the catalog's gb300 and b300), another (`nemo_ultra_rows`).
-  The archived 26.02, 26.02.01 and 26.06 tables (docs/performance-summary-archive.md at 067f987df) with each
-  container's recipes (v0.3.0, v0.3.1, v0.5.0) and releases: bench/_nemo_releases.py, a group of their own.
+  The archived 25.09, 26.02, 26.02.01 and 26.06 tables (docs/performance-summary-archive.md at 067f987df) with each
+  container's recipes (v0.1.0rc3, v0.3.0, v0.3.1, v0.5.0) and releases: bench/_nemo_releases.py, a group of their own.
 - NeMo's 24.07 performance summary (NeMo 1: NVIDIA/NeMo docs/source/performance/performance_summary.md at
   8e3d65dcfe): FP8 pre-training of GPT-3 5B/20B/175B, Llama 2 7B/13B/70B and Llama 3 8B/70B on DGX H100, with the
   24.07 launcher's settings (NeMo-Framework-Launcher tag 24.07): bench/_nemo_2407.py, a group of its own.
@@ -641,7 +641,7 @@ def _nemo_runs() -> list[PublicRun]:
 
 
 def _nemo_release_runs() -> list[PublicRun]:
-    """NeMo's archived 26.02, 26.02.01 and 26.06 tables (bench/_nemo_releases.py); their pipeline sends wait as
+    """NeMo's archived 25.09 to 26.06 tables (bench/_nemo_releases.py); their pipeline sends wait as
     each container's Megatron-Core does (`framework_release`)."""
     return [PublicRun(**row) for row in nemo_release_rows()]
 
@@ -776,7 +776,7 @@ GROUPS = {
     "NeMo 26.04 performance-summary": lambda source: source == NEMO_2604,
     "NeMo GPT-OSS 120B (25.11, 26.04)": lambda source: source in (NEMO_2511_GPT_OSS, NEMO_2604_GPT_OSS),
     "NeMo GB300 / B300 (25.11, 26.04)": lambda source: source in (NEMO_2511_ULTRA, NEMO_2604_ULTRA),
-    "NeMo archive 26.02 / 26.02.01 / 26.06 (session 28)": lambda source: source.startswith(ARCHIVE),
+    "NeMo archive 25.09 / 26.02 / 26.02.01 / 26.06 (session 28)": lambda source: source.startswith(ARCHIVE),
     "NeMo 24.07 H100 (session 28)": lambda source: source == NEMO_2407,
     "NeMo 2 25.02 / 25.04 / 25.07 (session 28)": lambda source: source.startswith(NEMO2),
     "other torchtitan benchmark": lambda source: source.startswith(TITAN_SOURCES),
