@@ -600,29 +600,34 @@ def nemo_rows() -> list[dict[str, Any]]:
 # (`_set_common_perf_overrides`: TE's fused cross-entropy, rotary fusion, no NaN checks;
 # `set_post_overrides`: parameter gathers with the optimizer step where DP, PP and VP exceed 1, but
 # not for fp8_mx), utils/precision.py (fp8_cs: current scaling, no BF16 first/last layers). Dense
-# Llama rows whose preset is neither Megatron FSDP with CPU offloading (not modelled) nor NVFP4.
+# Llama rows whose preset is not NVFP4 (ppb prices no NVFP4), on 1024 H100 or 256 GB200 or fewer.
 # LLAMA31_405B_PRETRAIN_CONFIG_GB200_FP8_MX_V2 keeps V1's VP 8: 16 · 8 = 128 virtual stages, one
 # layer each with the embedding and the loss counted as layers.
 _405B_ONE_A_STAGE = "E|" + "t|" * 126 + "L"
 
-# (label, spec, GPUs, GBS, MBS, parallel, device, tokens/s per GPU, options)
+# (label, spec, GPUs, GBS, MBS, parallel, device, tokens/s per GPU, options, training words)
 _LLAMA_2604_ROWS: tuple[tuple[Any, ...], ...] = (
     # LLAMA3_70B_PRETRAIN_CONFIG_H100_FP8_CS_V2: TP 4, PP 8, VP 5, GBS 256
     ("Llama 3 70B FP8 TP4 PP8 GBS256 (64 H100)", LLAMA31_70B, 64, 256, 1, {"tp": 4, "pp": 8, "vp": 5}, "h100-80gb",
-     1664.0, {}),
+     1664.0, {}, {}),
     # LLAMA3_70B_PRETRAIN_CONFIG_GB200_FP8_MX_V2: TP 2, PP 4, VP 5, GBS 256
     ("Llama 3 70B MXFP8 TP2 PP4 (64 GB200)", LLAMA31_70B, 64, 256, 1, {"tp": 2, "pp": 4, "vp": 5}, "gb200",
-     3712.0, {"fp8_recipe": "mxfp8"}),
+     3712.0, {"fp8_recipe": "mxfp8"}, {}),
+    # ..._GB200_FP8_CS_V2: Megatron FSDP over all 64, MBS 2, TransformerEngine's CPU offloading of 40 layers;
+    # llama3_70b_pretrain_config_gb200 is llama3_70b_pretrain_config_gb300 line for line (fsdp_double_buffer,
+    # gradient accumulation fusion off): the GB300 row's twin but for the offloaded layers (its 20)
+    ("Llama 3 70B FP8 FSDP (64 GB200)", LLAMA31_70B, 64, 256, 2, {}, "gb200", 4224.0, {"fsdp": True},
+     {"cpu_offloading_num_layers": 40}),
     # LLAMA31_405B_PRETRAIN_CONFIG_GB200_FP8_CS_V2: TP 4, PP 16, VP 4, no FSDP, GBS 1536
     ("Llama 3.1 405B FP8 TP4 PP16 (256 GB200)", LLAMA3_405B, 256, 1536, 1, {"tp": 4, "pp": 16, "vp": 4}, "gb200",
-     864.0, {"layout": _405B_LAYOUT}),
+     864.0, {"layout": _405B_LAYOUT}, {}),
     ("Llama 3.1 405B MXFP8 TP4 PP16 VP8 (256 GB200)", LLAMA3_405B, 256, 1536, 1, {"tp": 4, "pp": 16, "vp": 8},
-     "gb200", 800.0, {"layout": _405B_ONE_A_STAGE, "fp8_recipe": "mxfp8"}),
+     "gb200", 800.0, {"layout": _405B_ONE_A_STAGE, "fp8_recipe": "mxfp8"}, {}),
     # LLAMA31_405B_PRETRAIN_CONFIG_H100_FP8_CS_V2 (new in 26.04.01): V1's TP 8, PP 8, CP 2, VP 8 on 1024 GPUs,
     # GBS 1536; llama31_405b_pretrain_config_h100: userbuffers_fp8_h100_h16384_tp8_cp2_mbs1_seqlen8192. 64
     # virtual stages of two with the embedding and the loss counted (the 25.11 row's layout).
     ("Llama 3.1 405B FP8 TP8 PP8 CP2 (1024 H100)", LLAMA3_405B, 1024, 1536, 1, {"tp": 8, "pp": 8, "cp": 2, "vp": 8},
-     "h100-80gb", 328.0, {"layout": _405B_LAYOUT}),
+     "h100-80gb", 328.0, {"layout": _405B_LAYOUT}, {}),
 )  # fmt: skip
 
 
@@ -698,8 +703,9 @@ def _as_2604(label: str, raw: dict[str, Any], gpus: int, gbs: int, tps: float, n
 def nemo_2604_rows() -> list[dict[str, Any]]:
     """The 26.04 rows' fields for bench/public_runs.py's PublicRun."""
     rows = []
-    for label, spec, gpus, gbs, mbs, parallel, device, tps, options in _LLAMA_2604_ROWS:
+    for label, spec, gpus, gbs, mbs, parallel, device, tps, options, training in _LLAMA_2604_ROWS:
         raw = _llama_run(label, spec, gpus, gbs, mbs, parallel, device, mx_gathers_apart=True, **options)
+        raw["training"].update(training)
         notes = () if "MXFP8" in label else ("the table's FP8 as the FP8_CS preset",)
         rows.append(_as_2604(label, raw, gpus, gbs, tps, notes))
     for label, spec, gpus, gbs, mbs, parallel, device, tps, a2a, layout, timing in _QWEN3_2604_ROWS:

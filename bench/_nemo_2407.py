@@ -9,9 +9,9 @@ GPU (seconds = GBS · sequence / (tokens/s per GPU · GPUs)). Each row's other s
 runs it (examples/training/<family>/h100/*_fp8*.sh: `fp8=true`, `fp8_hybrid=True`, `optim.grad_sync_dtype=bf16`,
 the userbuffers config it names), NeMo's megatron_gpt_config.yaml defaults for what a yaml leaves out (NVIDIA/NeMo
 r2.0.0rc1, 579983fbfc: layernorm with biases, GeLU, learned absolute positions, tied embeddings). The table's
-sizes are taken where the examples differ (they are what ran). Releases: NeMo r2.0.0rc1's Dockerfile.ci pins
-(Megatron-LM 338af51452, 2024-07-23, in core_r0.8.0; TransformerEngine 7d576ed25, 2024-06-13, before v1.10; NGC
-PyTorch 24.02, PyTorch 2.3.0a0), taken as the 24.07 container's.
+sizes are taken where the examples differ (they are what ran). Releases: the user guide's software component
+versions (docs.nvidia.com/nemo-framework/user-guide/24.09/softwarecomponentversions.html, "NeMo Framework 24.07"):
+PyTorch 2.3.0a0, Megatron Core 0.8, Transformer Engine 1.8.0.dev0, NeMo 2.0.0rc1.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from typing import Any
 from _public import LLAMA31_8B, LLAMA31_70B
 
 NEMO_2407 = "NeMo 24.07 performance summary (NVIDIA/NeMo docs/source/performance/performance_summary.md, 8e3d65dcfe)"
-RELEASES_2407 = {"megatron_core": "2024-07-23", "transformer_engine": "2024-06-13", "pytorch": "2.3.0a0"}
+RELEASES_2407 = {"megatron_core": "0.8", "transformer_engine": "1.8", "pytorch": "2.3.0a0"}
 
 
 def _gpt3(hidden: int, heads: int, layers: int) -> dict[str, Any]:
@@ -176,7 +176,6 @@ def nemo_2407_rows() -> list[dict[str, Any]]:
                 "published": f"{tps:,.0f} tokens/s per GPU",
                 "seconds": gbs * sequence / (tps * gpus),
                 "assumptions": (
-                    "the 24.07 container's stack as NeMo r2.0.0rc1's Dockerfile.ci pins",
                     "Apex's distributed fused Adam priced as Megatron's distributed optimizer (ZeRO-1, overlapped)",
                     "FP8 delayed scaling (fp8_hybrid) as ppb's FP8 GEMMs with their casts; attention in BF16",
                     *notes,

@@ -20,7 +20,8 @@ tags touches only SFT, LoRA, NVFP4 and new systems' presets), and llama3_llm_pre
 (userbuffers TP overlap, BF16 gradient reduction, Megatron FSDP's double buffer and no gradient accumulation
 fusion), utils/overrides.py `set_post_overrides` (parameter gathers with the optimizer step where DP, PP and VP
 exceed 1, not for fp8_mx: the same at the three tags). So each row is bench/_nemo.py's `_llama_run` of its 26.04
-sibling, with its own container's releases.
+sibling, with its own container's releases. The 26.02 and 26.02.01 Qwen3, DeepSeek-V3 and GPT-OSS rows likewise
+(`_QWEN3_ROWS`, `_DEEPSEEK_ROWS`, `_GPT_OSS_ROWS`).
 """
 
 from __future__ import annotations
@@ -30,9 +31,20 @@ from typing import Any
 from _nemo import (
     _405B_LAYOUT,
     _405B_ONE_A_STAGE,
+    _BF16_MOMENTS,
+    _DEEPSEEK_ASSUMPTIONS,
+    _ROUTER,
+    QWEN3_30B_A3B,
+    QWEN3_235B_A22B,
+    _deepseek_layout,
+    _deepseek_v3_run,
+    _flex,
+    _gpt_oss_run,
     _llama_run,
+    _qwen3_run,
     _row,
     _split_layout,
+    _te_graphs,
 )
 from _public import LLAMA3_405B, LLAMA31_70B
 
@@ -120,10 +132,143 @@ _LLAMA_ROWS: tuple[tuple[Any, ...], ...] = (
      {"tp": 8, "pp": 8, "cp": 2, "vp": 8}, "h100-80gb", 326.0, {"layout": _405B_LAYOUT}, {}, ()),
 )  # fmt: skip
 
+# The Qwen3 rows (sequence 4096): configs/qwen/qwen3_workload_base_configs.py `QWEN3_30B_A3B_PRETRAIN_CONFIG_<GPU>_
+# <PRECISION>_V1` (GBS 512 on 8 GPUs, 1024 on 16) and `QWEN3_235B_A22B_..._V2` (256 GPUs, GBS 8192) at the row's tag,
+# qwen3_llm_pretrain.py (the preset's moe_flex_dispatcher_backend into the recipe: recipes/qwen/qwen3_moe.py ->
+# flex_dispatcher_backend.py `apply_flex_dispatcher_backend`, which leaves the provider's alltoall where the preset
+# names none; v0.3.1's BASE_QWEN3_*_CONFIG name deepep) and `set_qwen3_common_configs` (no recompute, router fusion,
+# forced balance, BF16 gradient reduction); HybridEP on the 32 SMs utils/overrides.py `_set_common_perf_overrides`
+# gives it (v0.3.0, v0.3.1); the 235B recipe counts the embedding and the loss as layers (96 over the virtual
+# stages). bench/_nemo.py's `_qwen3_run`.
+# (release, label, spec, GPUs, GBS, MBS, parallel, device, tokens/s per GPU, moe_a2a_overlap, layout, timing words)
+_30B, _235B = QWEN3_30B_A3B, QWEN3_235B_A22B
+_HYBRID_ROUTER = {**_flex("hybridep"), **_te_graphs(*_ROUTER)}
+_HYBRID_ATTN_ROUTER = {**_flex("hybridep"), **_te_graphs("attn", *_ROUTER)}
+_QWEN3_ROWS: tuple[tuple[Any, ...], ...] = (
+    # ---- 26.02 (v0.3.0)
+    # 30B ..._GB200_FP8_MX_V1: MBS 4, hybridep, TE graphs of the router (its FP8_CS sibling's add attention)
+    ("26.02", "Qwen3 30B-A3B MXFP8 EP8 (8 GB200)", _30B, 8, 512, 4, {"ep": 8}, "gb200", 26084.0, False, None,
+     _HYBRID_ROUTER),
+    # ..._GB300_FP8_MX_V1 = _FP8_CS_V1 (and B300's alike): MBS 8, hybridep, TE graphs of the router
+    ("26.02", "Qwen3 30B-A3B MXFP8 EP8 (8 GB300)", _30B, 8, 512, 8, {"ep": 8}, "gb300", 30376.0, False, None,
+     _HYBRID_ROUTER),
+    ("26.02", "Qwen3 30B-A3B MXFP8 EP8 (8 B300)", _30B, 8, 512, 8, {"ep": 8}, "b300", 29521.0, False, None,
+     _HYBRID_ROUTER),
+    # ..._B200_FP8_MX_V1 = _B200_BF16_V1: MBS 1 (WorkloadBaseConfig's), no backend (alltoall), graphs of the router
+    ("26.02", "Qwen3 30B-A3B MXFP8 EP8 MBS1 (8 B200)", _30B, 8, 512, 1, {"ep": 8}, "b200", 9691.0, False, None,
+     _te_graphs(*_ROUTER)),
+    # ..._H100_FP8_CS_V1: 16 GPUs, GBS 1024, PP 2, VP 12, EP 8, moe_a2a_overlap, deepep, no graphs
+    ("26.02", "Qwen3 30B-A3B FP8 PP2 VP12 EP8 (16 H100)", _30B, 16, 1024, 1, {"pp": 2, "vp": 12, "ep": 8},
+     "h100-80gb", 5113.0, True, None, _flex("deepep")),
+    # 235B ..._GB300_FP8_MX_V2 (= _FP8_CS_V2): V1's MBS 2 and hybridep, PP 4 (no VP), EP 32, graphs of attention and
+    # the router; ..._GB200_FP8_MX_V2: V1's PP 8, hybridep and graphs, EP 32
+    ("26.02", "Qwen3 235B MXFP8 PP4 EP32 MBS2 (256 GB300)", _235B, 256, 8192, 2, {"pp": 4, "ep": 32}, "gb300",
+     6583.0, False, _split_layout(4, 24), _HYBRID_ATTN_ROUTER),
+    ("26.02", "Qwen3 235B MXFP8 PP8 EP32 (256 GB200)", _235B, 256, 8192, 1, {"pp": 8, "ep": 32}, "gb200", 5448.0,
+     False, _split_layout(8, 12), _HYBRID_ATTN_ROUTER),
+    # ..._B300_FP8_MX_V2: V1's PP 8, VP 4, EP 8, moe_a2a_overlap, no backend (alltoall), no graphs
+    ("26.02", "Qwen3 235B MXFP8 PP8 VP4 EP8 (256 B300)", _235B, 256, 8192, 1, {"pp": 8, "vp": 4, "ep": 8}, "b300",
+     2691.0, True, _split_layout(32, 3), {}),
+    # ..._B200_FP8_MX_V2: V1's PP 8, EP 8, no moe_a2a_overlap, alltoall, no graphs
+    ("26.02", "Qwen3 235B MXFP8 PP8 EP8 (256 B200)", _235B, 256, 8192, 1, {"pp": 8, "ep": 8}, "b200", 3805.0, False,
+     _split_layout(8, 12), {}),
+    # ..._H100_FP8_CS_V2: V1's TP 2, PP 8, VP 4, EP 32, moe_a2a_overlap (tp_comm_overlap off), alltoall, no graphs
+    ("26.02", "Qwen3 235B FP8 TP2 PP8 VP4 EP32 (256 H100)", _235B, 256, 8192, 1, {"tp": 2, "pp": 8, "vp": 4, "ep": 32},
+     "h100-80gb", 1633.0, True, _split_layout(32, 3), {}),
+    # ---- 26.02.01 (v0.3.1): the 30B's GB200, GB300 and B300 presets and the 235B's GB300 and GB200 as v0.3.0
+    ("26.02.01", "Qwen3 30B-A3B MXFP8 EP8 (8 GB200)", _30B, 8, 512, 4, {"ep": 8}, "gb200", 26373.0, False, None,
+     _HYBRID_ROUTER),
+    ("26.02.01", "Qwen3 30B-A3B MXFP8 EP8 (8 GB300)", _30B, 8, 512, 8, {"ep": 8}, "gb300", 30411.0, False, None,
+     _HYBRID_ROUTER),
+    ("26.02.01", "Qwen3 30B-A3B MXFP8 EP8 (8 B300)", _30B, 8, 512, 8, {"ep": 8}, "b300", 29454.0, False, None,
+     _HYBRID_ROUTER),
+    # v0.3.1's 30B _B200_BF16_V1 (its FP8_MX): MBS 4, hybridep, TE graphs of attention and the router
+    ("26.02.01", "Qwen3 30B-A3B MXFP8 EP8 (8 B200)", _30B, 8, 512, 4, {"ep": 8}, "b200", 26695.0, False, None,
+     _HYBRID_ATTN_ROUTER),
+    ("26.02.01", "Qwen3 235B MXFP8 PP4 EP32 MBS2 (256 GB300)", _235B, 256, 8192, 2, {"pp": 4, "ep": 32}, "gb300",
+     6583.0, False, _split_layout(4, 24), _HYBRID_ATTN_ROUTER),
+    ("26.02.01", "Qwen3 235B MXFP8 PP8 EP32 (256 GB200)", _235B, 256, 8192, 1, {"pp": 8, "ep": 32}, "gb200", 5530.0,
+     False, _split_layout(8, 12), _HYBRID_ATTN_ROUTER),
+    # v0.3.1's 235B H100: V1's sizes with BASE_QWEN3_235B_A22B_CONFIG's deepep
+    ("26.02.01", "Qwen3 235B FP8 TP2 PP8 VP4 EP32 (256 H100)", _235B, 256, 8192, 1,
+     {"tp": 2, "pp": 8, "vp": 4, "ep": 32}, "h100-80gb", 1611.0, True, _split_layout(32, 3), _flex("deepep")),
+)  # fmt: skip
+
+# The DeepSeek-V3 rows (GBS 4096, sequence 4096, MXFP8): configs/deepseek/deepseek_workload_base_configs.py
+# `DEEPSEEK_V3_PRETRAIN_CONFIG_<GPU>_V2` at v0.3.0, the same for these four systems at v0.3.1 (`git diff` touches the
+# B300's BF16 and the H100's presets only): V1's settings at GBS 4096, each naming hybridep, none moe_a2a_overlap,
+# recompute of mla_up_proj; deepseek_llm_pretrain.py (the preset's pp_layout, else `set_deepseek_v3_pipeline_model_
+# parallel_layout` by PP and VP: (16, 1) for all four, the embedding with 4 layers, 14 virtual stages of 4, the last
+# layer with the MTP layer and the loss). bench/_nemo.py's `_deepseek_v3_run`, as its 26.04 rows.
+# (release, label, MBS, parallel, device, tokens/s per GPU, timing words)
+_DS_LAYOUT = _deepseek_layout(16, 4)
+_DEEPSEEK_ROWS: tuple[tuple[Any, ...], ...] = (
+    # GB300_V1: MBS 2, PP 2, VP 8, EP 32, hybridep, no graphs (cuda_graph_scope []), pp_layout "Et*4|(t*4|)*14tmL"
+    ("26.02", "DeepSeekV3 MXFP8 PP2 VP8 EP32 (256 GB300)", 2, {"pp": 2, "ep": 32}, "gb300", 4612.0, _flex("hybridep")),
+    # GB200_V1: MBS 1, PP 4, VP 4, EP 64, hybridep, TE graphs of attention and the router
+    ("26.02", "DeepSeekV3 MXFP8 PP4 VP4 EP64 (256 GB200)", 1, {"pp": 4, "ep": 64}, "gb200", 3955.0,
+     _HYBRID_ATTN_ROUTER),
+    # B300_V1 and B200_V1: MBS 1, PP 16, EP 8, hybridep, no graphs
+    ("26.02", "DeepSeekV3 MXFP8 PP16 EP8 (256 B300)", 1, {"pp": 16, "ep": 8}, "b300", 2983.0, _flex("hybridep")),
+    ("26.02", "DeepSeekV3 MXFP8 PP16 EP8 (256 B200)", 1, {"pp": 16, "ep": 8}, "b200", 2689.0, _flex("hybridep")),
+    ("26.02.01", "DeepSeekV3 MXFP8 PP2 VP8 EP32 (256 GB300)", 2, {"pp": 2, "ep": 32}, "gb300", 4691.0,
+     _flex("hybridep")),
+    ("26.02.01", "DeepSeekV3 MXFP8 PP4 VP4 EP64 (256 GB200)", 1, {"pp": 4, "ep": 64}, "gb200", 4021.0,
+     _HYBRID_ATTN_ROUTER),
+    ("26.02.01", "DeepSeekV3 MXFP8 PP16 EP8 (256 B300)", 1, {"pp": 16, "ep": 8}, "b300", 3099.0, _flex("hybridep")),
+    ("26.02.01", "DeepSeekV3 MXFP8 PP16 EP8 (256 B200)", 1, {"pp": 16, "ep": 8}, "b200", 2790.0, _flex("hybridep")),
+)  # fmt: skip
+
+# The GPT-OSS 120B rows (BF16, GBS 1280, sequence 4096): configs/gpt_oss/gpt_oss_workload_base_configs.py
+# `GPT_OSS_120B_PRETRAIN_CONFIG_<GPU>_BF16_V2` at v0.3.0 (v0.3.1 changes none of them): V1's settings at GBS 1280, none
+# naming a flex backend (GPTOSSProvider's alltoall), MBS 4 and EP 64 on the Blackwell parts (GB300 and B300 with TE
+# graphs of attention and the router, no recompute; GB200 and B200 recompute layernorm and moe_act), H100 PP 4, EP 8,
+# MBS 1 with that recompute; gpt_oss_llm_pretrain.py `set_gpt_oss_common_configs` (router fusion, forced balance, BF16
+# gradient reduction); models/gpt_oss/gpt_oss_provider.py (bias_dropout_fusion False, window 128 on alternate
+# layers, learnable sinks). bench/_nemo.py's `_gpt_oss_run`.
+# (release, label, device, pp, ep, mbs, tokens/s per GPU, recompute, timing words)
+_GPT_OSS_ROWS: tuple[tuple[Any, ...], ...] = (
+    ("26.02", "GPT-OSS 120B BF16 EP64 GBS1280 (64 GB300)", "gb300", 1, 64, 4, 19412.0, False,
+     _te_graphs("attn", *_ROUTER)),
+    ("26.02", "GPT-OSS 120B BF16 EP64 GBS1280 (64 GB200)", "gb200", 1, 64, 4, 15784.0, True, {}),
+    ("26.02", "GPT-OSS 120B BF16 EP64 GBS1280 (64 B300)", "b300", 1, 64, 4, 8359.0, False,
+     _te_graphs("attn", *_ROUTER)),
+    ("26.02", "GPT-OSS 120B BF16 EP64 GBS1280 (64 B200)", "b200", 1, 64, 4, 8047.0, True, {}),
+    ("26.02", "GPT-OSS 120B BF16 PP4 EP8 GBS1280 (64 H100)", "h100-80gb", 4, 8, 1, 5993.0, True, {}),
+    ("26.02.01", "GPT-OSS 120B BF16 EP64 GBS1280 (64 GB300)", "gb300", 1, 64, 4, 19366.0, False,
+     _te_graphs("attn", *_ROUTER)),
+    ("26.02.01", "GPT-OSS 120B BF16 EP64 GBS1280 (64 GB200)", "gb200", 1, 64, 4, 15754.0, True, {}),
+    ("26.02.01", "GPT-OSS 120B BF16 PP4 EP8 GBS1280 (64 H100)", "h100-80gb", 4, 8, 1, 5984.0, True, {}),
+)  # fmt: skip
+_GPT_OSS_NOTES = (
+    "routing balanced (forced)",
+    "the attention sinks' softmax offset priced as plain flash attention",
+    "the window at cuDNN 9.22's measured GB200 window-128 rate (sm100), the causal rule on H100",
+)
+
 # The archived tables' rows of models ppb has that are not priced, and why (printed by bench/public_runs.py).
 SKIPPED: tuple[tuple[str, str], ...] = (
     ("26.02 / 26.02.01 / 26.06 NVFP4 rows (Llama 3 70B, 3.1 405B)", "NVFP4: ppb prices no NVFP4 GEMMs or casts"),
     ("26.02 / 26.02.01 / 26.06 Nemotron 3 Nano / Super", "hybrid Mamba models, which ppb does not describe"),
+    (
+        "26.02.01 Qwen3 30B-A3B FP8 (16 H100)",
+        "the table's PP 2, VP 12, EP 8 are not v0.3.1's preset (EP 16, HybridEP, no PP: 26.04's, which measured "
+        "8,960), and its 9,058 tokens/s is 1.77 times 26.02's at those sizes: which ran is unknown",
+    ),
+    (
+        "26.06 / 26.06.01 MoE rows (Qwen3, DeepSeek-V3, GPT-OSS, Kimi K2)",
+        "not transcribed (session 28); v0.5.0's presets add settings ppb does not price (e.g. Qwen3 30B GB200: "
+        "cutedsl_fused_grouped_mlp, fp8_dot_product_attention, full-iteration graphs)",
+    ),
+    (
+        "26.02.01 Qwen3 235B MXFP8 PP8 VP4 EP8 (256 B300)",
+        "the table's VP 4 is not v0.3.1's preset (PP 8 without VP, no moe_a2a_overlap, deepep)",
+    ),
+    (
+        "26.02.01 GPT-OSS 120B BF16 EP8 (64 B300, 64 B200)",
+        "the table's EP 8 is not v0.3.1's preset (EP 64, as 26.02's rows of the same systems)",
+    ),
+    ("26.02 / 26.02.01 Kimi K2 (GB300)", "not transcribed (session 28)"),
     (
         "26.02.01 Llama 3 70B MXFP8 PP4 MBS2 (64 GB300)",
         "the table's PP 4 without VP at MBS 2 is not v0.3.1's preset (PP 4, VP 5, MBS 1); at those sizes with the "
@@ -152,4 +297,24 @@ def nemo_release_rows() -> list[dict[str, Any]]:
         raw = _llama_run(label, spec, gpus, gbs, mbs, parallel, device, mx_gathers_apart=True, **options)
         raw["training"].update(training)
         rows.append(_release_row(release, label, raw, gpus, gbs, tps, notes))
+    for release, label, spec, gpus, gbs, mbs, parallel, device, tps, a2a, layout, timing in _QWEN3_ROWS:
+        recipe = "mxfp8" if "MXFP8" in label else "tensorwise"
+        raw = _qwen3_run(
+            label, spec, gpus, gbs, mbs, parallel, device, a2a_overlap=a2a, layout=layout, fp8_recipe=recipe,
+            mx_gathers_apart=True,
+        )  # fmt: skip
+        raw["timing"].update(timing)
+        rows.append(_release_row(release, label, raw, gpus, gbs, tps, ("routing balanced (forced)",)))
+    for release, label, mbs, parallel, device, tps, timing in _DEEPSEEK_ROWS:
+        raw = _deepseek_v3_run(label, 256, 4096, mbs, parallel, _DS_LAYOUT, device, ["mla_up_proj"])
+        raw["timing"].update(timing)
+        row = _release_row(release, label, raw, 256, 4096, tps, ())
+        bridge = f"the {release} container's recipes as Megatron-Bridge {_RELEASES[release][2]}"
+        rows.append({**row, "assumptions": (bridge, *_DEEPSEEK_ASSUMPTIONS, _BF16_MOMENTS)})
+    for release, label, device, pp, ep, mbs, tps, recompute, timing in _GPT_OSS_ROWS:
+        raw = _gpt_oss_run(label, "26.04", device, 64, 1280, mbs, pp, ep, recompute=recompute)
+        raw["timing"].update(timing)
+        row = _release_row(release, label, raw, 64, 1280, tps, ())
+        bridge = f"the {release} container's recipes as Megatron-Bridge {_RELEASES[release][2]}"
+        rows.append({**row, "assumptions": (bridge, *_GPT_OSS_NOTES)})  # BF16: none of `_row`'s FP8 notes
     return rows

@@ -33,9 +33,10 @@ PyTorch as that image's NGC container shipped it (`torch_release`).
 
 Prints each case (peak, after-step, seconds: measured, ppb, error), then per family and GPU the mean
 absolute and the largest error of each, with `--verbose` the MoE rows beyond 3% priced with the busiest
-expert-parallel rank at its routing bound (`routing_rows`) and every row beyond 3% iteration by iteration
-(`iteration_rows`: iteration 1 against ppb without Adam's moments, with them where the load made them,
-the rise after iteration 2), then the
+expert-parallel rank at its routing bound (`routing_rows`), the MoE rows' seconds split by setting (`setting_splits`:
+each flag, exported variable, micro-batch count and release some rows carry and others do not, with the signed
+mean error on each side) and every row beyond 3% iteration by iteration (`iteration_rows`: iteration 1 against
+ppb without Adam's moments, with them where the load made them, the rise after iteration 2), then the
 refusals by reason.
 """
 
@@ -358,6 +359,7 @@ class Row:
     notes: tuple[str, ...]  # the flags ppb does not model (`Imported.notes`)
     gpus: int = NODE_GPUS  # the recipe's GPUs
     measured: MeasuredPeak | None = None  # the row as bench/public_memory.py prices it (routing bounds)
+    settings: tuple[str, ...] = ()  # what `setting_splits` groups rows by (`launch_settings`, releases, micro-batches)
 
 
 def _error(pair: tuple[float, float] | None) -> float | None:
@@ -380,7 +382,62 @@ def price(family: str, case: str, gpu: str, text: str, golden: Golden, gpus: int
         after = (golden.after_step_bytes / GIB, predicted_after_step_gib(row))
     if golden.seconds:
         seconds = (golden.seconds, run_iteration(run).seconds)
-    return Row(family, case, gpu, golden, peak, after, seconds, moment, tuple(imported.notes), gpus, row)
+    release = golden.release
+    settings = (
+        *launch_settings(text),
+        f"micro_batches={run.training.micro_batches}",
+        *(f"{name}={release[name]}" for name in ("pytorch", "transformer_engine") if name in release),
+    )
+    return Row(family, case, gpu, golden, peak, after, seconds, moment, tuple(imported.notes), gpus, row, settings)
+
+
+def launch_settings(text: str) -> tuple[str, ...]:
+    """A launch's settings as words (*text*: `launch_text`'s): each exported variable `NAME=value`, each flag
+    with its value (`--flag=value`, a list's words joined by spaces; a bare flag alone). Values naming a path
+    (`${...}`) are left out: they say where the data is, not how the run goes."""
+    lines = text.splitlines()
+    found = [line.removeprefix("export ") for line in lines if line.startswith("export ")]
+    flag, values = "", []
+    for word in [*shlex.split(lines[-1])[1:], "--"]:
+        if word.startswith("--"):
+            if flag and not any("$" in value for value in values):
+                found.append(f"{flag}={' '.join(values)}" if values else flag)
+            flag, values = word, []
+        else:
+            values.append(word)
+    return tuple(found)
+
+
+@dataclass(frozen=True)
+class SettingSplit:
+    """A family's rows with a setting and without it: how many, and the signed mean error of their seconds."""
+
+    setting: str
+    with_rows: int
+    without_rows: int
+    with_mean: float
+    without_mean: float
+
+    @property
+    def gap(self) -> float:
+        return self.with_mean - self.without_mean
+
+
+def setting_splits(rows: list[Row], family: str = "moe", least: int = 3) -> list[SettingSplit]:
+    """For the *family*'s rows with measured seconds, each setting (`Row.settings`) that at least *least* of
+    them carry and at least *least* do not: the signed mean error of the rows' seconds with it and without it,
+    the largest gap first. A setting the rows far off share shows as a large gap; it points at where to read
+    the code, it does not say why (settings come together: a newer case carries many new ones at once)."""
+    priced = [(row, error) for row in rows if row.family == family and (error := _error(row.seconds)) is not None]
+    found = []
+    for setting in sorted({setting for row, _ in priced for setting in row.settings}):
+        inside = [error for row, error in priced if setting in row.settings]
+        outside = [error for row, error in priced if setting not in row.settings]
+        if len(inside) >= least and len(outside) >= least:
+            found.append(
+                SettingSplit(setting, len(inside), len(outside), sum(inside) / len(inside), sum(outside) / len(outside))
+            )
+    return sorted(found, key=lambda split: (-abs(split.gap), split.setting))
 
 
 def routing_rows(rows: list[Row], beyond: float = 0.03) -> list[RoutingRow]:
@@ -657,6 +714,14 @@ def main() -> int:
             print(
                 f"  {name:62s} {row.gpu:4s} {measured:7.2f} {item.balanced:7.2f} {item.bound:5.2f} {item.worst:7.2f}"
                 f"  {within} {implied} {alone}"
+            )
+        print()
+        print("MoE seconds by setting: the signed mean error of the MoE rows with a setting and without it (at least")
+        print("3 rows each way), the 20 largest gaps; settings come together, so a gap points where to read the code:")
+        for split in setting_splits(rows)[:20]:
+            print(
+                f"  {split.setting[:70]:70s} with {split.with_rows:3d} {split.with_mean:+7.1%}  "
+                f"without {split.without_rows:3d} {split.without_mean:+7.1%}  gap {split.gap:+7.1%}"
             )
         print()
         print("Rows beyond 3% by iteration: the measured peak at iteration 1 (no Adam moments yet, unless the load")

@@ -58,6 +58,8 @@ Sources:
 - NeMo's 24.07 performance summary (NeMo 1: NVIDIA/NeMo docs/source/performance/performance_summary.md at
   8e3d65dcfe): FP8 pre-training of GPT-3 5B/20B/175B, Llama 2 7B/13B/70B and Llama 3 8B/70B on DGX H100, with the
   24.07 launcher's settings (NeMo-Framework-Launcher tag 24.07): bench/_nemo_2407.py, a group of its own.
+- NeMo 2's 25.02 (DGX B200, H100), 25.04 and 25.07 (DGX GB200) tables (docs.nvidia.com NeMo Framework user
+  guide) with each release's NeMo recipes (v2.2.0, v2.3.0, v2.4.0): bench/_nemo2.py, a group of its own.
 - torchtitan's other benchmark rows (pytorch/torchtitan benchmarks/, bench/_titan.py): the December
   2024 file's compiled and Float8 rows (Tables 1-6: FSDP, 2D, 3D and 4D Llama 3.1 8B/70B/405B), the
   June 2025 async-TP file, and Trainy's H200 file; tokens/s per GPU as torchtitan's train.py counts it.
@@ -106,8 +108,10 @@ from _nemo import (  # noqa: E402
     nemo_rows,
     nemo_ultra_rows,
 )
+from _nemo2 import NEMO2, SKIPPED_NEMO2, nemo2_rows  # noqa: E402
 from _nemo_2407 import NEMO_2407, SKIPPED_2407, nemo_2407_rows  # noqa: E402
 from _nemo_releases import ARCHIVE, SKIPPED, nemo_release_rows  # noqa: E402
+from _papers import NARAYANAN_SKIPPED, PAPERS, paper_rows  # noqa: E402
 from _public import (  # noqa: E402
     LLAMA3_405B,
     MEGATRON_TESTS,
@@ -636,6 +640,11 @@ def _nemo_2407_runs() -> list[PublicRun]:
     return [PublicRun(**row) for row in nemo_2407_rows()]
 
 
+def _nemo2_runs() -> list[PublicRun]:
+    """NeMo 2's 25.02, 25.04 and 25.07 tables with each release's recipes (bench/_nemo2.py)."""
+    return [PublicRun(**row) for row in nemo2_rows()]
+
+
 def _titan_runs() -> list[PublicRun]:
     """torchtitan's other published benchmark rows (bench/_titan.py), on its 500 W H100 (and Trainy's H200)."""
     return [PublicRun(**row) for row in (*titan_rows(TITAN_H100), *titan_docs_rows(TITAN_H100))]
@@ -644,6 +653,11 @@ def _titan_runs() -> list[PublicRun]:
 def _bloom_runs() -> list[PublicRun]:
     """BLOOM 176B's logged iteration (bench/_bigscience.py)."""
     return [PublicRun(**bloom_row())]
+
+
+def _paper_runs() -> list[PublicRun]:
+    """Megatron-LM's 2021 weak-scaling table and MT-NLG 530B (bench/_papers.py)."""
+    return [PublicRun(**row) for row in paper_rows()]
 
 
 def _mindformers_runs() -> list[PublicRun]:
@@ -667,10 +681,12 @@ def public_runs() -> list[PublicRun]:
         *_nemo_runs(),
         *_nemo_release_runs(),
         *_nemo_2407_runs(),
+        *_nemo2_runs(),
         *_titan_runs(),
         *_bloom_runs(),
         *_mindformers_runs(),
         *_mindformers_card_runs(),
+        *_paper_runs(),
     ]
 
 
@@ -745,11 +761,13 @@ GROUPS = {
     "NeMo GB300 / B300 (25.11, 26.04)": lambda source: source in (NEMO_2511_ULTRA, NEMO_2604_ULTRA),
     "NeMo archive 26.02 / 26.02.01 / 26.06 (session 28)": lambda source: source.startswith(ARCHIVE),
     "NeMo 24.07 H100 (session 28)": lambda source: source == NEMO_2407,
+    "NeMo 2 25.02 / 25.04 / 25.07 (session 28)": lambda source: source.startswith(NEMO2),
     "other torchtitan benchmark": lambda source: source.startswith(TITAN_SOURCES),
     "torchtitan docs/performance.md (2024)": lambda source: source.startswith(DOCS_SOURCES),
     "BLOOM": lambda source: source.startswith(BLOOM),
     "MindFormers": lambda source: source.startswith(MINDFORMERS),
     "MindFormers model-card": lambda source: source.startswith(CARDS),
+    "2021 A100 papers: Narayanan Table 1, MT-NLG (session 28)": lambda source: source in PAPERS,
 }
 
 
@@ -903,8 +921,10 @@ def main() -> int:
         )
     for label, reason in ULTRA_SKIPPED:  # bench/_nemo.py: the GB300/B300 rows not priced
         print(f"not priced: NeMo {label}: {reason}")
-    for label, reason in (*SKIPPED, *SKIPPED_2407):  # bench/_nemo_releases.py, bench/_nemo_2407.py
+    for label, reason in (*SKIPPED, *SKIPPED_2407, *SKIPPED_NEMO2):  # bench/_nemo_releases.py, bench/_nemo_2407.py
         print(f"not priced: NeMo {label}: {reason}")
+    for label, reason in NARAYANAN_SKIPPED:  # bench/_papers.py
+        print(f"not priced: {label}: {reason}")
     print(
         "mbs 2: the Megatron rows with micro-batches of 2 sequences (the table does not state the size; "
         "Megatron-LM's examples/gpt3 script uses 1)"

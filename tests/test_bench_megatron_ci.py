@@ -267,3 +267,53 @@ def test_iteration_1_holds_the_moments_an_fsdp_dtensor_load_made(bench, monkeypa
     for name in ("fresh", "old"):
         row, first, steady = found[name]
         assert not bench._states_at_start(row) and first < steady
+
+
+def test_a_launch_s_settings_are_its_variables_and_flags_with_their_values(bench):
+    # launch_text's shape: exports, then pretrain_gpt.py and its words; a path (${...}) says where, not how
+    text = bench.launch_text(
+        {
+            "ENV_VARS": {"NCCL_ALGO": "Ring"},
+            "MODEL_ARGS": {
+                "--num-experts": 8,
+                "--moe-grouped-gemm": True,
+                "--recompute-modules": "[core_attn, mlp]",
+                "--data-path": "${DATA_PATH}/text",
+            },
+        }
+    )
+    assert bench.launch_settings(text) == (
+        "NCCL_ALGO=Ring",
+        "--num-experts=8",
+        "--moe-grouped-gemm",
+        "--recompute-modules=core_attn mlp",
+    )
+
+
+def test_moe_seconds_split_by_setting(bench):
+    # five MoE rows and a dense one; seconds errors by hand (ppb / measured - 1):
+    #   a: 1.0 -> 1.2 (+20%), b: 1.0 -> 1.1 (+10%), c: 1.0 -> 1.3 (+30%), d: 1.0 -> 0.6 (-40%), e: 1.0 -> 0.8 (-20%)
+    # "x" is on a, b, c: with (20 + 10 + 30) / 3 = +20%, without (-40 - 20) / 2 = -30%: gap +50% (2 rows without:
+    # kept at least=2, left out at the default 3); "y" is on a, d, e: with (20 - 40 - 20) / 3 = -13.3%, without
+    # (10 + 30) / 2 = +20%: gap -33.3%; "all" is on every row (no row without it); the dense row's "x" is not counted
+    golden = bench.Golden(None, None, None, "c0ffee 2026-01-01")
+
+    def row(family, case, ppb, settings):
+        return bench.Row(family, case, "h100", golden, None, None, (1.0, ppb), "", (), settings=settings)
+
+    rows = [
+        row("moe", "a", 1.2, ("x", "y", "all")),
+        row("moe", "b", 1.1, ("x", "all")),
+        row("moe", "c", 1.3, ("x", "all")),
+        row("moe", "d", 0.6, ("y", "all")),
+        row("moe", "e", 0.8, ("y", "all")),
+        row("gpt", "f", 5.0, ("x", "all")),
+    ]
+    first, second = bench.setting_splits(rows, least=2)
+    assert (first.setting, first.with_rows, first.without_rows) == ("x", 3, 2)
+    assert first.with_mean == pytest.approx(0.20)
+    assert first.without_mean == pytest.approx(-0.30)
+    assert first.gap == pytest.approx(0.50)
+    assert (second.setting, second.with_rows, second.without_rows) == ("y", 3, 2)
+    assert second.gap == pytest.approx(-0.40 / 3 - 0.20)
+    assert bench.setting_splits(rows) == []

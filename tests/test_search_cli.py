@@ -10,7 +10,15 @@ from pathlib import Path
 import pytest
 
 from ppb_core.cli.main import main
-from ppb_core.cli.search import _Progress, behind, dualpipev_line, limits_line, proven_line, stage_peaks_line
+from ppb_core.cli.search import (
+    _Progress,
+    behind,
+    dualpipev_line,
+    duration,
+    limits_line,
+    proven_line,
+    stage_peaks_line,
+)
 from ppb_core.config.run import load_run_config
 from ppb_core.search.enumerate import Strategy
 from ppb_core.search.rank import Ranked
@@ -30,6 +38,10 @@ def test_json_and_the_files_of_a_search(tmp_path: Path, capsys) -> None:
     assert lines[0].endswith(f"screening {data['counts']['enumerated']:,} strategies")
     # the first wave balances the spec's search.wave strategies (4 by default), whatever the workers
     assert any("balanced 4 " in line and ", best " in line for line in lines)
+    # before the first balance, the balances ahead: the top's 2 places, at most every strategy screened
+    most = data["counts"]["screened"]
+    ahead = f"2 balances to fill the top 2, then more until the bounds prune the rest (at most {most})"
+    assert any(ahead in line for line in lines)
     assert set(data) == {"ranked", "rejected", "counts"}
     assert set(data["counts"]) == {"enumerated", "valid", "screened", "balanced"}
     assert len(data["ranked"]) == 2
@@ -141,13 +153,35 @@ def test_screening_a_large_grid_shows_each_part_screened(capsys) -> None:
     progress("enumerated", {"enumerated": 10})
     progress("screened", {"screened": 3, "examined": 4, "total": 10})
     progress("screened", {"screened": 8, "examined": 10, "total": 10})
-    progress("screening done", {"screened": 8, "seconds": 1.0})
+    progress("screening done", {"screened": 8, "seconds": 1.0, "to_fill": 5, "most_balances": 8})  # top 5
     lines = [line.split("] ", 1)[1] for line in capsys.readouterr().err.splitlines()]
     assert lines == [
         "screening 10 strategies",
         "screened 4 of 10 (3 valid)",
-        "screened 8; balancing the most promising",
+        "screened 8; balancing the most promising: 5 balances to fill the top 5, then more until the bounds prune the "
+        "rest (at most 8)",
     ]
+
+
+def test_a_long_balancing_says_how_many_balances_and_how_long_before_and_as_it_goes(capsys, monkeypatch) -> None:
+    """`top: 1000` on a grid of thousands balanced for hours with no word of it (qa27). Screening's last line
+    now says the balances ahead; each wave's line, how many are left to fill the top and, at the pace so far,
+    how long. Clock faked: screening ends at 10 s, 4 balances done at 70 s, so 15 s a balance; 996 more
+    take 996 · 15 = 14,940 s = 4.15 h ("4.2 h")."""
+    spec = load_search_spec(DATA / "tiny-dense.yaml")
+    spec = spec.model_copy(update={"search": spec.search.model_copy(update={"top": 1000})})
+    clock = iter([0.0, 10.0, 10.0, 70.0, 70.0])
+    monkeypatch.setattr("ppb_core.cli.search.time.perf_counter", lambda: next(clock))
+    progress = _Progress(spec)
+    progress("screening done", {"screened": 9216, "seconds": 10.0, "to_fill": 1000, "most_balances": 9216})
+    progress("balanced", {"balanced": 4, "relaxed": 40, "waiting": 9000, "best": None, "to_fill": 996})
+    lines = [line.split("] ", 1)[1] for line in capsys.readouterr().err.splitlines()]
+    assert lines == [
+        "screened 9,216; balancing the most promising: 1,000 balances to fill the top 1,000, then more until the "
+        "bounds prune the rest (at most 9,216)",
+        "balanced 4 (bounded 40, waiting 9000); 996 more to fill the top 1,000, about 4.2 h more",
+    ]
+    assert [duration(s) for s in (40.4, 89, 90, 5399, 5400)] == ["40 s", "89 s", "2 min", "90 min", "1.5 h"]
 
 
 def test_the_limits_of_the_work_are_named_in_one_line() -> None:

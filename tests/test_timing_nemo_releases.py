@@ -17,8 +17,10 @@ def rows(public):
 
 
 def test_archive_rows_convert_their_tables_figures(rows):
-    # 26.02: 10 dense rows, 26.02.01: 8 (its GB300 70B MXFP8 row not priced), 26.06: 5
-    assert len(rows) == 23
+    # 26.02: 10 dense rows, 5 Qwen3 30B-A3B, 5 235B, 4 DeepSeek-V3, 5 GPT-OSS; 26.02.01: 8 dense (its GB300 70B MXFP8
+    # row not priced), 4 30B (its H100 row not priced), 3 235B (its B300 row not priced), 4 DeepSeek-V3, 3 GPT-OSS
+    # (its B300 and B200 rows not priced); 26.06: 5 dense
+    assert len(rows) == 56
     # 26.02 Llama 3 70B on 64 H100 at 1,621 tokens/s each: 256 · 8192 / (1621 · 64) = 2,097,152 / 103,744 = 20.2147
     assert rows["NeMo 26.02 Llama 3 70B FP8 TP4 PP8 GBS256 (64 H100)"].seconds == pytest.approx(20.2147, rel=1e-5)
     # 26.06 Llama 3.1 405B on 1024 H100 at 326: 1536 · 8192 / (326 · 1024) = 12,582,912 / 333,824 = 37.6932 s
@@ -43,6 +45,53 @@ def test_archive_rows_run_their_containers_releases(public, rows):
     assert mx.timing.fp8_recipe == "mxfp8" and not mx.timing.overlap_param_gather_with_optimizer_step
 
 
+def test_archive_qwen3_rows_take_their_tags_presets(public, rows):
+    # v0.3.0's B200 preset names no flex backend and leaves MBS 1: alltoall; v0.3.1's is MBS 4 with HybridEP on 32 SMs
+    # and TE graphs of attention and the router. GBS 512 on 8 GPUs: 64 and 16 micro-batches a replica
+    old = public.config(rows["NeMo 26.02 Qwen3 30B-A3B MXFP8 EP8 MBS1 (8 B200)"])
+    new = public.config(rows["NeMo 26.02.01 Qwen3 30B-A3B MXFP8 EP8 (8 B200)"])
+    assert (old.timing.moe_dispatcher, old.training.micro_batches) == ("alltoall", 64)
+    assert (new.timing.moe_dispatcher, new.timing.moe_flex_dispatcher_num_sms, new.training.micro_batches) == (
+        "hybridep",
+        32,
+        16,
+    )
+    assert new.timing.cuda_graph_modules == ["attn", "moe_router", "moe_preprocess"]
+    # v0.3.0's H100 preset: 16 GPUs, GBS 1024, PP 2 · VP 12, EP 8, DeepEP with moe_a2a_overlap (combined 1F1B and
+    # delayed weight gradients): DP 8, 1024 / 8 = 128 micro-batches; 1024 · 4096 / (5113 · 16) = 51.270 s
+    h100_row = rows["NeMo 26.02 Qwen3 30B-A3B FP8 PP2 VP12 EP8 (16 H100)"]
+    assert h100_row.seconds == pytest.approx(51.270, rel=1e-4)
+    h100 = public.config(h100_row)
+    assert (h100.parallel.dp, h100.parallel.vpp, h100.training.micro_batches) == (8, 12, 128)
+    assert h100.timing.moe_dispatcher == "deepep" and h100.parallel.overlap_moe_expert_parallel_comm
+    assert h100.timing.delay_wgrad_compute
+    # the 235B on 256 H100, TP 2 · PP 8 = 16, DP 16, 8192 / 16 = 512 micro-batches; 94 layers + the embedding and the
+    # loss over 8 · 4 virtual stages of 3. v0.3.0 names no backend (alltoall), v0.3.1's base config DeepEP
+    big_old = public.config(rows["NeMo 26.02 Qwen3 235B FP8 TP2 PP8 VP4 EP32 (256 H100)"])
+    big_new = public.config(rows["NeMo 26.02.01 Qwen3 235B FP8 TP2 PP8 VP4 EP32 (256 H100)"])
+    assert (big_old.parallel.dp, big_old.training.micro_batches) == (16, 512)
+    assert sum(map(sum, big_old.layout_cells())) == 94 and big_old.layout_cells()[0][0] == 2
+    assert (big_old.timing.moe_dispatcher, big_new.timing.moe_dispatcher) == ("alltoall", "deepep")
+    # DeepSeek-V3 on 256 B200 (v0.3.0 DEEPSEEK_V3_PRETRAIN_CONFIG_B200_V2): PP 16, EP 8, DP 16, 4096 / 16 = 256
+    # micro-batches, HybridEP, recompute mla_up_proj; the (16, 1) layout: 4 layers a stage, the last 1 with MTP.
+    # 4096 · 4096 / (2689 · 256) = 16,777,216 / 688,384 = 24.372 s
+    ds_row = rows["NeMo 26.02 DeepSeekV3 MXFP8 PP16 EP8 (256 B200)"]
+    assert ds_row.seconds == pytest.approx(24.372, rel=1e-4)
+    ds = public.config(ds_row)
+    assert (ds.parallel.dp, ds.training.micro_batches, ds.timing.moe_dispatcher) == (16, 256, "hybridep")
+    assert [list(chunk) for chunk in ds.layout_cells()] == [[4] * 15 + [1]]
+    assert list(ds.recompute.modules) == ["mla_up_proj"]
+    # GPT-OSS 120B on 64 B300 (v0.3.0 GPT_OSS_120B_PRETRAIN_CONFIG_B300_BF16_V2): EP 64, MBS 4, GBS 1280, so DP 64 and
+    # 1280 / (4 · 64) = 5 micro-batches; no flex backend (alltoall), TE graphs of attention and the router, no
+    # recompute. 1280 · 4096 / (8359 · 64) = 5,242,880 / 534,976 = 9.8003 s
+    oss_row = rows["NeMo 26.02 GPT-OSS 120B BF16 EP64 GBS1280 (64 B300)"]
+    assert oss_row.seconds == pytest.approx(9.8003, rel=1e-4)
+    oss = public.config(oss_row)
+    assert (oss.parallel.dp, oss.parallel.ep, oss.training.micro_batches) == (64, 64, 5)
+    assert oss.timing.moe_dispatcher == "alltoall" and oss.timing.matmul_dtype is None  # BF16: the compute dtype
+    assert oss.timing.cuda_graph_modules == ["attn", "moe_router", "moe_preprocess"] and not oss.recompute.modules
+
+
 def test_archive_fsdp_rows_offload_as_their_presets(public, rows):
     # LLAMA3_70B_PRETRAIN_CONFIG_GB200_FP8_CS_V2 (v0.3.0): MBS 2, Megatron FSDP over 64, CPU offloading of 40
     # layers; GBS 256 / (2 · 64) = 2 micro-batches; GB300's offloads 20
@@ -56,8 +105,8 @@ def test_archive_fsdp_rows_offload_as_their_presets(public, rows):
 def test_archive_rows_are_a_group_of_their_own(public, rows):
     results = [(row, row.seconds) for row in rows.values()]
     found = public.groups(results)
-    assert len(found["NeMo archive 26.02 / 26.02.01 / 26.06 (session 28)"]) == 23
-    assert sum(map(len, found.values())) == 23  # no other group takes one
+    assert len(found["NeMo archive 26.02 / 26.02.01 / 26.06 (session 28)"]) == 56
+    assert sum(map(len, found.values())) == 56  # no other group takes one
 
 
 def test_archive_rows_fit_their_devices(public, rows):
@@ -78,10 +127,33 @@ def test_nemo_24_07_rows_take_the_launchers_settings(public):
     assert run.vocab_size("llm") == 50688
     # the 175B yaml leaves ub_tp_comm_overlap False; the example sets fp8 and fp8_hybrid: delayed scaling
     assert run.timing.overlap.tp == 0.0 and run.timing.fp8_recipe == "delayed"
-    # Megatron-LM 338af51452 (2024-07-23, core_r0.8.0): before 4295be1a6c's tunable schedule (2024-11-01)
+    # Megatron Core 0.8 (the 24.07 container's): before 4295be1a6c's tunable schedule (first in 0.10)
     assert run.send_waits == "core_r0.8"
     # Llama 3 70B: TP 4 · PP 4 · CP 2 = 32, DP 2, 128 / 2 = 64 micro-batches, the fp8 userbuffers config
     llama = public.config(rows["NeMo 24.07 Llama 3 70B FP8 TP4 PP4 CP2 VP5 (64 H100)"])
     assert (llama.parallel.dp, llama.parallel.cp, llama.training.micro_batches) == (2, 2, 64)
     assert llama.timing.overlap.tp == 1.0 and llama.parallel.sequence_parallel
+    assert public.over_device(list(rows.values())) == []
+
+
+def test_nemo2_rows_take_each_releases_recipe(public):
+    rows = {row.name: row for row in public.public_runs() if row.source.startswith(public.NEMO2)}
+    assert len(rows) == 11
+    # 25.02 Llama 3 70B on 64 B200 at 3,062 tokens/s each: 128 · 8192 / (3062 · 64) = 1,048,576 / 195,968 = 5.3507 s
+    row = rows["NeMo 25.02 Llama 3 70B FP8 TP2 PP4 CP2 VP5 (64 B200)"]
+    assert row.seconds == pytest.approx(5.3507, rel=1e-4)
+    run = public.config(row)
+    # TP 2 · PP 4 · CP 2 = 16: DP 4, 128 / 4 = 32 micro-batches; bf16_with_fp8_mixed: delayed scaling, FP8 gathers;
+    # set_primary_perf_configs: gathers with the step (DP 4, PP 4, VP 5 > 1); the recipe's deferral limit 22
+    assert (run.parallel.dp, run.training.micro_batches, run.timing.fp8_recipe) == (4, 32, "delayed")
+    assert run.timing.fp8_param_gather and run.timing.overlap_param_gather_with_optimizer_step
+    assert run.training.defer_embedding_wgrad_compute and run.training.wgrad_deferral_limit == 22
+    assert run.timing.check_for_nan_in_grad  # the recipes' DistributedDataParallelConfig
+    # 25.04 Llama 3 70B under Megatron FSDP (the csv's use_mcore_fsdp): no FP8 gathers, no deferral, no wgrad fusion;
+    # 64 GPUs in one GB200 segment (16 nodes, `slurm_executor` segments only beyond 18)
+    fsdp = public.config(rows["NeMo 25.04 Llama 3 70B FP8 FSDP (64 GB200)"])
+    assert fsdp.parallel.fsdp and not fsdp.timing.fp8_param_gather and not fsdp.training.defer_embedding_wgrad_compute
+    assert (fsdp.timing.fp8_recipe, fsdp.parallel.devices_per_node) == ("tensorwise", 64)
+    # the csv's cuda_graphs on GB200: MCore's enable_cuda_graph, the local per-layer graphs
+    assert public.config(rows["NeMo 25.04 Llama 3 8B FP8 (8 GB200)"]).timing.cuda_graph_impl == "local"
     assert public.over_device(list(rows.values())) == []

@@ -95,7 +95,15 @@ def test_bloom_s_logged_seconds_agree_with_its_logged_throughput(public):
 
 def test_nemo_26_04_rows_take_the_v0_4_x_presets(public):
     rows = {row.name: row for row in public.public_runs() if row.source == public.NEMO_2604}
-    assert len(rows) == 13
+    assert len(rows) == 14
+    # the GB300 FSDP row's twin (LLAMA3_70B_PRETRAIN_CONFIG_GB200_FP8_CS_V2): 4224 tokens/s on 64 GB200 at GBS 256 of
+    # 8192: 2,097,152 / 270,336 = 7.758 s; Megatron FSDP over all 64 (ZeRO-3), MBS 2, so 256 / (2 · 64) = 2
+    # micro-batches; TE's CPU offloading of 40 layers (the GB300 preset's 20); gradient accumulation fusion off
+    twin = rows["NeMo 26.04 Llama 3 70B FP8 FSDP (64 GB200)"]
+    assert twin.seconds == pytest.approx(7.758, rel=1e-4)
+    fsdp = public.config(twin)
+    assert (fsdp.parallel.dp, fsdp.parallel.zero, fsdp.training.micro_batches) == (64, 3, 2)
+    assert fsdp.training.cpu_offloading_num_layers == 40 and not fsdp.timing.gradient_accumulation_fusion
     # the 26.04.01 revision's figures (docs/performance-summary.md at 21d102f5e): GBS 1536 of 8192 on 256 GB200
     # at 864 tokens/s each (74695a06d had 842): 12,582,912 / 221,184 = 56.889 s.
     fp8 = rows["NeMo 26.04 Llama 3.1 405B FP8 TP4 PP16 (256 GB200)"]

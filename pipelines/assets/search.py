@@ -129,6 +129,11 @@ def _log_progress(context: dg.OpExecutionContext, spec: SearchSpec, shard_name: 
                 f"{shard_name}: {figures['balanced']} balanced, {figures['relaxed']} bounded, "
                 f"{figures['waiting']} waiting"
                 + (f"; best {best.strategy.label(spec)} {best.seconds:.3f} s" if best else "")
+                + (
+                    f"; {figures['to_fill']:,} more to fill the top {spec.search.top:,}"
+                    if figures.get("to_fill")
+                    else ""
+                )
             )
 
     return progress

@@ -78,6 +78,7 @@ class _Progress:
         self.screen = None
         self.balance = None
         self.started = time.perf_counter()
+        self.balancing = self.started  # when screening ended
 
     def __enter__(self) -> _Progress:
         if self.live:
@@ -105,11 +106,15 @@ class _Progress:
                 # grid's minutes of screening show where they are; the last part is "screening done"'s line
                 self._line(f"screened {figures['examined']:,} of {figures['total']:,} ({figures['screened']:,} valid)")
             elif event == "screening done":
-                self._line(f"screened {figures['screened']:,}; balancing the most promising")
+                self.balancing = time.perf_counter()
+                self._line(f"screened {figures['screened']:,}; balancing the most promising{self._ahead(figures)}")
             elif event == "balanced":
                 self._line(self._balanced(figures))
             return
-        if event == "enumerated":
+        if event == "screening done":
+            self.balancing = time.perf_counter()
+            self.console.print(f"screened {figures['screened']:,}; balancing{self._ahead(figures)}", highlight=False)
+        elif event == "enumerated":
             self.screen = self.progress.add_task("screening", total=figures["enumerated"])
         elif event == "screened" and self.screen is not None:
             # the points screened or refused, out of all enumerated (the valid ones alone never reach the total
@@ -120,12 +125,35 @@ class _Progress:
                 self.balance = self.progress.add_task("balancing", total=None)
             self.progress.update(self.balance, completed=figures["balanced"], description=self._balanced(figures))
 
+    def _ahead(self, figures: dict[str, Any]) -> str:
+        """The balances ahead, before the first one: a `top: 1000` search on a large grid balances for hours,
+        which a user should read before waiting (qa27's finding)."""
+        top = self.spec.search.top
+        said = f": {figures['to_fill']:,} balances to fill the top {top:,}"
+        if figures["most_balances"] > figures["to_fill"]:
+            said += f", then more until the bounds prune the rest (at most {figures['most_balances']:,})"
+        return said
+
     def _balanced(self, figures: dict[str, Any]) -> str:
         text = f"balanced {figures['balanced']} (bounded {figures['relaxed']}, waiting {figures['waiting']})"
         best = figures.get("best")
         if best is not None:
             text += f", best {best.strategy.label(self.spec)}: {best.seconds:,.3f} s"
+        more = figures.get("to_fill", 0)
+        if more and figures["balanced"]:
+            # the pace so far, wall clock since screening (bounding included): an estimate, never in the JSON
+            each_s = (time.perf_counter() - self.balancing) / figures["balanced"]
+            text += f"; {more:,} more to fill the top {self.spec.search.top:,}, about {duration(more * each_s)} more"
         return text
+
+
+def duration(seconds: float) -> str:
+    """A wait in a person's units: `40 s`, `12 min`, `3.2 h`."""
+    if seconds < 90:
+        return f"{seconds:.0f} s"
+    if seconds < 5400:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:.1f} h"
 
 
 def _were(count: int, word: str) -> str:

@@ -739,14 +739,23 @@ def search_points(
             examined += len(results)
             _notify(progress, "screened", screened=counts["screened"], examined=examined, total=len(points))
         heapq.heapify(queue)
-        _notify(progress, "screening done", screened=counts["screened"], seconds=time.perf_counter() - started)
+        limit = spec.search.balance_budget
+        _notify(
+            progress,
+            "screening done",
+            screened=counts["screened"],
+            seconds=time.perf_counter() - started,
+            # the balances ahead: one a ranked place (a strategy refused by its bound or its balance fills
+            # none), within the balance budget and the grid
+            to_fill=min(top, counts["screened"], counts["screened"] if limit is None else limit),
+            most_balances=counts["screened"] if limit is None else min(limit, counts["screened"]),
+        )
         ranked: list[Ranked] = []
 
         def beaten(bound: float, strategy: Strategy) -> bool:
             return len(ranked) >= top and (bound * (1 - BOUND_SLACK), strategy) > ranked[top - 1].key()
 
         budget = spec.search.time_budget_s
-        limit = spec.search.balance_budget
 
         wave = spec.search.wave
 
@@ -809,6 +818,13 @@ def search_points(
                     relaxed=counts["relaxed"],
                     waiting=len(queue),
                     best=ranked[0] if ranked else None,
+                    # the balances ahead to fill the ranking: one a place not yet filled, as far as the queue
+                    # and the budget reach
+                    to_fill=min(
+                        max(0, top - len(ranked)),
+                        len(queue),
+                        len(queue) if limit is None else max(0, limit - counts["balanced"]),
+                    ),
                 )
         waiting = [(bound, strategy) for bound, strategy, _ in queue if not beaten(bound, strategy)]
         counts["pruned"] = len(queue) - len(waiting)
