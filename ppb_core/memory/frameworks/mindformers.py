@@ -18,8 +18,10 @@ These are `FrameworkRules`' answers, SAPP's figures, with one exception: where t
 MindFormers' `parallel.enable_parallel_optimizer`, static memory follows MindSpore's optimizer
 parallel (docs r2.4 `optimizer_parallel.md`: "the framework saves the parameters as minimal slices";
 mindspore-ai/mindspore, mindspore/ccsrc/frontend/parallel: opt_param_mgr.cc at 7fa6e756,
-tensor_layout.cc at 367dc859, parameter_manager.cc at 4ac3f804; step_parallel.cc, the stored 2024 version the time
-model reads, `iteration.mindspore_gather_bytes`): each weight at or above
+tensor_layout.cc at 367dc859, parameter_manager.cc at 4ac3f804; step_parallel.cc at v2.4.0, MindFormers v1.3.0's
+release, as the time model reads it, `iteration.mindspore_gather_bytes`: its pipeline condition, from 74a88bb0053,
+holds in every release v2.3.0-v2.6.0, and accumulation without a pipeline is taken as a pipeline's, which those
+releases do not do): each weight at or above
 `parallel_optimizer_threshold` KB whose first dimension divides is held as a 1/N slice over the
 data-parallel group (N: `optimizer_weight_shard_size`, else dp x cp), with its optimizer states; the
 forward gathers it and the whole weight in the compute dtype stays until the layer's backward
@@ -142,7 +144,7 @@ class MindFormersRules(FrameworkRules):
         gradients = every if setup.accumulates and not setup.accumulation_shard else held
         # the whole weight in the compute dtype is what the layer's backward reads, held from the forward to it
         # and freed before the optimizer step: under a pipeline or accumulation the AllGather's output, placed
-        # after MindFormers' `Linear` cast (step_parallel.cc, the stored 2024 version, `InsertAllGatherAfterCast`,
+        # after MindFormers' `Linear` cast (step_parallel.cc v2.3.0-v2.4.x, `InsertAllGatherAfterCast`,
         # `FindChildCastWithFP32ToFP16`); otherwise the cast of the AllGather's output, as the gather then takes
         # the parameter itself (both return nothing without a pipeline), and Cast's backward reads only its
         # input's dtype (mindspore/ccsrc/frontend/expander/bprop/grad_ops/grad_array_ops.cc, `Cast`'s
@@ -170,7 +172,7 @@ class MindFormersRules(FrameworkRules):
         beside: tuple[str | None, str | None] = (None, None),
     ) -> float:
         """SAPP's, and where MindSpore gathers the parameter itself (optimizer parallel without a pipeline or
-        accumulation: step_parallel.cc, the stored 2024 version, `InsertAllGatherOp`, as
+        accumulation: step_parallel.cc v2.3.0-v2.4.x, `InsertAllGatherOp`, as
         `iteration.mindspore_gather_bytes` prices it) the layer's gathered weights whole in the parameter's
         dtype: in the forward the AllGather's output until MindFormers' `Linear` casts it (layers.py
         `Linear.construct`, a4dfb8219), in the backward the cast-back gradient (`Cast`'s bprop, grad_array_ops.cc)
