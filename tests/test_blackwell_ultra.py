@@ -70,10 +70,31 @@ def test_gb300_follows_the_nvl72_specifications():
     assert gb300.sm_count == 148
     # cuDNN 9.22 on a GB300, 16k no mask: 2014 / 2500 = 0.8056, 1536 / 2500 = 0.6144
     assert (gb300.attention_forward_efficiency, gb300.attention_backward_efficiency) == (0.806, 0.614)
-    # inherited from GB200: MAMF shares (the same 2500 / 5000 spec), HBM, the Grace host
+    # inherited from GB200: HBM, the Grace host
     gb200 = DEVICE_CATALOG["gb200"]
-    assert (gb300.matmul_efficiency, gb300.fp8_matmul_efficiency) == (gb200.matmul_efficiency, 0.723)
     assert (gb300.hbm_bandwidth_gbs, gb300.host_kernel_us) == (gb200.hbm_bandwidth_gbs, HOST_KERNEL_US_DGX_GB200)
+
+
+def test_gb300_gemms_run_at_the_b300_s_mamf_times_aiconfigurator_s_layer_ratio():
+    """NVIDIA's aiconfigurator, TRT-LLM 1.3.0rc20 gemm_perf tables of the "NVIDIA B300 SXM6 AC" and the "NVIDIA
+    GB300" (ai-dynamo/aiconfigurator at 095f58a): the 12 GEMMs of TE's guide layer (hidden 4096, FFN 16384) at
+    16,384 tokens, ms, in the order fprop QKV, proj, FC1, FC2; dgrad the same; wgrad the same (as 4096 x N x 16384).
+    The B300's MAMF (ml-engineering: 1769.0 BF16, 3353.3 FP8) times the B300-over-GB300 time of the layer."""
+    b300_bf16 = [0.9053, 0.3444, 1.2747, 1.3528, 1.1039, 0.3444, 1.3528, 1.2747, 1.1152, 0.3166, 1.4808, 1.4808]
+    gb300_bf16 = [0.8977, 0.3069, 1.1856, 1.1963, 0.8228, 0.3069, 1.1963, 1.1856, 0.8274, 0.3348, 1.1156, 1.1156]
+    b300_fp8 = [0.6124, 0.2849, 0.7269, 0.9205, 0.7996, 0.2849, 0.9205, 0.7269, 0.6464, 0.3071, 0.7813, 0.7813]
+    gb300_fp8 = [0.5537, 0.2440, 0.6745, 0.8702, 0.6767, 0.2440, 0.8702, 0.6745, 0.5488, 0.2473, 0.6803, 0.6803]
+    # 12.3465 / 10.4916 = 1.1768; 1769.0 · 1.1768 = 2081.8 of 2500 = 0.8327
+    bf16_ratio = sum(b300_bf16) / sum(gb300_bf16)
+    # 7.7926 / 6.9645 = 1.1189; 3353.3 · 1.1189 = 3752.0 of 5000 = 0.7504
+    fp8_ratio = sum(b300_fp8) / sum(gb300_fp8)
+    gb300 = DEVICE_CATALOG["gb300"]
+    assert gb300.matmul_efficiency == pytest.approx(1769.0 * bf16_ratio / 2500, abs=5e-4) == 0.833
+    assert gb300.fp8_matmul_efficiency == pytest.approx(3353.3 * fp8_ratio / 5000, abs=5e-4) == 0.750
+    # the same die, SM count and tile rule as the B300, at its layer shares: the ratio carries over whole
+    b300 = DEVICE_CATALOG["b300"]
+    assert (gb300.sm_count, gb300.gemm_full_intensity) == (b300.sm_count, b300.gemm_full_intensity)
+    assert (gb300.layer_gemm_share, gb300.fp8_layer_gemm_share) == (b300.layer_gemm_share, b300.fp8_layer_gemm_share)
 
 
 def test_gb300_attention_runs_nvidia_s_gb300_level_along_gb200_s_curves():

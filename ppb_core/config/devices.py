@@ -168,6 +168,18 @@ FP8_LAYER_GEMM_SHARE_BLACKWELL = round(6.044 / 6.812, 3)  # 0.887
 # not measured.
 MXFP8_QUANTIZE_SHARE_BLACKWELL = round((1495269376 * 4 + 987758592 * 3) / ((8.984 - 7.161) * 1e-3) / 7672e9, 3)
 FP8_QUANTIZE_SHARE_BLACKWELL = round((1495269376 + 987758592) * 5 / ((9.147 - 6.812) * 1e-3) / 7672e9, 3)
+# The GB300's GEMMs over the B300's at that layer's shapes (`gb300` MAMF shares; session 28): NVIDIA's
+# aiconfigurator times TensorRT-LLM's Linear on all four Blackwell parts with one software stack, TRT-LLM
+# 1.3.0rc20 (ai-dynamo/aiconfigurator aic-core/src/aiconfigurator_core/systems/data/{b300_sxm,gb300}/gemm/trtllm/
+# 1.3.0rc20/gemm_perf.parquet at 095f58a, "provenance: collected"; collector/trtllm/collect_gemm.py: random BF16
+# activations, 3 warm-up and 6 timed CUDA-graph replays, FP8 with its per-tensor activation cast). The guide's 12
+# GEMMs at 16,384 tokens (the table's nearest to 15,872; wgrad as 4096 x N x 16384) sum to 12.3465 ms BF16 and
+# 7.7926 ms FP8 on the "NVIDIA B300 SXM6 AC", 10.4916 and 6.9645 on the "NVIDIA GB300": 1.177 and 1.119 times
+# the B300's rate (TRT-LLM 1.3.0rc10's tables: 1.147, 1.116). The same die (sm_103, the catalog's 148 SMs and tile
+# rule), 1400 W against 1100 W (the table's system files): the GB300 is priced at the B300's MAMF times that ratio,
+# at the B300's layer shares. Its FP8 ratio carries the cast, memory-bound on both parts: a lower bound.
+GB300_OVER_B300_LAYER_GEMMS = round(12.3465 / 10.4916, 3)  # 1.177
+FP8_GB300_OVER_B300_LAYER_GEMMS = round(7.7926 / 6.9645, 3)  # 1.119
 # The same share on the 700 W H100 SXM (`layer_gemm_share`, `fp8_layer_gemm_share`), from TransformerEngine's
 # getting-started benchmark (docs/getting_started/getting_started_pytorch.out at a97674070, "on an NVIDIA H100
 # GPU": a hidden-4096, FFN-16384 layer at 8 x 2048 tokens, forward and backward, 100 iterations back to back,
@@ -668,11 +680,13 @@ DEVICE_CATALOG: dict[str, DeviceProfile] = {
     # gb300/llama3.1_20260424_100757.csv at 3929da2; the B200 entry's GB200 file's twin: BF16, 64 query and 8 KV
     # heads of 128, batch 2, 16k tokens, no mask): forward 2014, backward 1536 TFLOP/s (GB200 1697, 1374: Blackwell
     # Ultra's doubled SFU exponentials show in the forward); the curves over length and mask stay GB200's
-    # (`attention_rates`). Inherited from GB200, no GB300 measurement public: MAMF shares 0.729 / 0.723 (the same
-    # 2500 / 5000 TFLOPS spec on a superchip); HBM 7672 GB/s at 0.8 (its RMSNorm forward measures as GB200's: the
-    # b300 entry); the Grace host's launch time (`HOST_KERNEL_US_DGX_GB200`: Neoverse V2 both); NCCL's NVLink 5
-    # share, the GEMM fixed times and tile rule, the layer GEMM shares, MXFP8's ratio and attention's
-    # back-to-back share (B200's / B300's, as GB200 takes them); NDR's NIC share for the 800 Gb/s NIC.
+    # (`attention_rates`). GEMMs: no public GB300 MAMF; the B300's (1769.0 / 3353.3) times what aiconfigurator
+    # measured between the two parts at a layer's shapes (`GB300_OVER_B300_LAYER_GEMMS`, 1.177 / 1.119): 2082 of
+    # 2500 (0.833), 3752 of 5000 (0.750). Inherited from GB200, no GB300 measurement public: HBM 7672 GB/s at 0.8
+    # (its RMSNorm forward measures as GB200's: the b300 entry); the Grace host's launch time
+    # (`HOST_KERNEL_US_DGX_GB200`: Neoverse V2 both); NCCL's NVLink 5 share, the GEMM fixed times and tile rule, the
+    # layer GEMM shares, MXFP8's ratio and attention's back-to-back share (B200's / B300's, as GB200 takes them);
+    # NDR's NIC share for the 800 Gb/s NIC.
     "gb300": DeviceProfile(
         "gb300",
         284208,
@@ -682,8 +696,8 @@ DEVICE_CATALOG: dict[str, DeviceProfile] = {
         100.0,
         sm_count=148,
         nic_efficiency=0.94,
-        matmul_efficiency=0.729,
-        fp8_matmul_efficiency=0.723,
+        matmul_efficiency=round(1769.0 * GB300_OVER_B300_LAYER_GEMMS / 2500, 3),  # 0.833
+        fp8_matmul_efficiency=round(3353.3 * FP8_GB300_OVER_B300_LAYER_GEMMS / 5000, 3),  # 0.750
         mxfp8_matmul_ratio=MXFP8_MATMUL_RATIO_BLACKWELL,
         layer_gemm_share=LAYER_GEMM_SHARE_BLACKWELL,
         fp8_layer_gemm_share=FP8_LAYER_GEMM_SHARE_BLACKWELL,

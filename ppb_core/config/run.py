@@ -2049,7 +2049,8 @@ def _check_run(run: RunConfig, where: str) -> None:
         raise InputError(
             where,
             "training.seq_length",
-            f"{par.cp_variant} context parallelism splits the sequence in 2·cp = {2 * par.cp} load-balanced chunks",
+            f"{train.seq_length} is not divisible by 2·cp = {2 * par.cp}: {par.cp_variant} context parallelism "
+            "splits the sequence in 2·cp load-balanced chunks",
         )
     if par.cp > 1 and par.cp_variant in ("all_gather", "hierarchical"):
         # TransformerEngine's implementations of Megatron's --cp-comm-type all_gather and a2a+p2p (context_parallel.py
