@@ -20,7 +20,8 @@ tags touches only SFT, LoRA, NVFP4 and new systems' presets), and llama3_llm_pre
 (userbuffers TP overlap, BF16 gradient reduction, Megatron FSDP's double buffer and no gradient accumulation
 fusion), utils/overrides.py `set_post_overrides` (parameter gathers with the optimizer step where DP, PP and VP
 exceed 1, not for fp8_mx: the same at the three tags). So each row is bench/_nemo.py's `_llama_run` of its 26.04
-sibling, with its own container's releases. The 26.02 and 26.02.01 Qwen3 rows likewise (`_QWEN3_ROWS`).
+sibling, with its own container's releases. The 26.02 and 26.02.01 Qwen3, DeepSeek-V3 and GPT-OSS rows likewise
+(`_QWEN3_ROWS`, `_DEEPSEEK_ROWS`, `_GPT_OSS_ROWS`).
 """
 
 from __future__ import annotations
@@ -30,10 +31,15 @@ from typing import Any
 from _nemo import (
     _405B_LAYOUT,
     _405B_ONE_A_STAGE,
+    _BF16_MOMENTS,
+    _DEEPSEEK_ASSUMPTIONS,
     _ROUTER,
     QWEN3_30B_A3B,
     QWEN3_235B_A22B,
+    _deepseek_layout,
+    _deepseek_v3_run,
     _flex,
+    _gpt_oss_run,
     _llama_run,
     _qwen3_run,
     _row,
@@ -188,6 +194,58 @@ _QWEN3_ROWS: tuple[tuple[Any, ...], ...] = (
      {"tp": 2, "pp": 8, "vp": 4, "ep": 32}, "h100-80gb", 1611.0, True, _split_layout(32, 3), _flex("deepep")),
 )  # fmt: skip
 
+# The DeepSeek-V3 rows (GBS 4096, sequence 4096, MXFP8): configs/deepseek/deepseek_workload_base_configs.py
+# `DEEPSEEK_V3_PRETRAIN_CONFIG_<GPU>_V2` at v0.3.0, the same for these four systems at v0.3.1 (`git diff` touches the
+# B300's BF16 and the H100's presets only): V1's settings at GBS 4096, each naming hybridep, none moe_a2a_overlap,
+# recompute of mla_up_proj; deepseek_llm_pretrain.py (the preset's pp_layout, else `set_deepseek_v3_pipeline_model_
+# parallel_layout` by PP and VP: (16, 1) for all four, the embedding with 4 layers, 14 virtual stages of 4, the last
+# layer with the MTP layer and the loss). bench/_nemo.py's `_deepseek_v3_run`, as its 26.04 rows.
+# (release, label, MBS, parallel, device, tokens/s per GPU, timing words)
+_DS_LAYOUT = _deepseek_layout(16, 4)
+_DEEPSEEK_ROWS: tuple[tuple[Any, ...], ...] = (
+    # GB300_V1: MBS 2, PP 2, VP 8, EP 32, hybridep, no graphs (cuda_graph_scope []), pp_layout "Et*4|(t*4|)*14tmL"
+    ("26.02", "DeepSeekV3 MXFP8 PP2 VP8 EP32 (256 GB300)", 2, {"pp": 2, "ep": 32}, "gb300", 4612.0, _flex("hybridep")),
+    # GB200_V1: MBS 1, PP 4, VP 4, EP 64, hybridep, TE graphs of attention and the router
+    ("26.02", "DeepSeekV3 MXFP8 PP4 VP4 EP64 (256 GB200)", 1, {"pp": 4, "ep": 64}, "gb200", 3955.0,
+     _HYBRID_ATTN_ROUTER),
+    # B300_V1 and B200_V1: MBS 1, PP 16, EP 8, hybridep, no graphs
+    ("26.02", "DeepSeekV3 MXFP8 PP16 EP8 (256 B300)", 1, {"pp": 16, "ep": 8}, "b300", 2983.0, _flex("hybridep")),
+    ("26.02", "DeepSeekV3 MXFP8 PP16 EP8 (256 B200)", 1, {"pp": 16, "ep": 8}, "b200", 2689.0, _flex("hybridep")),
+    ("26.02.01", "DeepSeekV3 MXFP8 PP2 VP8 EP32 (256 GB300)", 2, {"pp": 2, "ep": 32}, "gb300", 4691.0,
+     _flex("hybridep")),
+    ("26.02.01", "DeepSeekV3 MXFP8 PP4 VP4 EP64 (256 GB200)", 1, {"pp": 4, "ep": 64}, "gb200", 4021.0,
+     _HYBRID_ATTN_ROUTER),
+    ("26.02.01", "DeepSeekV3 MXFP8 PP16 EP8 (256 B300)", 1, {"pp": 16, "ep": 8}, "b300", 3099.0, _flex("hybridep")),
+    ("26.02.01", "DeepSeekV3 MXFP8 PP16 EP8 (256 B200)", 1, {"pp": 16, "ep": 8}, "b200", 2790.0, _flex("hybridep")),
+)  # fmt: skip
+
+# The GPT-OSS 120B rows (BF16, GBS 1280, sequence 4096): configs/gpt_oss/gpt_oss_workload_base_configs.py
+# `GPT_OSS_120B_PRETRAIN_CONFIG_<GPU>_BF16_V2` at v0.3.0 (v0.3.1 changes none of them): V1's settings at GBS 1280, none
+# naming a flex backend (GPTOSSProvider's alltoall), MBS 4 and EP 64 on the Blackwell parts (GB300 and B300 with TE
+# graphs of attention and the router, no recompute; GB200 and B200 recompute layernorm and moe_act), H100 PP 4, EP 8,
+# MBS 1 with that recompute; gpt_oss_llm_pretrain.py `set_gpt_oss_common_configs` (router fusion, forced balance, BF16
+# gradient reduction); models/gpt_oss/gpt_oss_provider.py (bias_dropout_fusion False, window 128 on alternate
+# layers, learnable sinks). bench/_nemo.py's `_gpt_oss_run`.
+# (release, label, device, pp, ep, mbs, tokens/s per GPU, recompute, timing words)
+_GPT_OSS_ROWS: tuple[tuple[Any, ...], ...] = (
+    ("26.02", "GPT-OSS 120B BF16 EP64 GBS1280 (64 GB300)", "gb300", 1, 64, 4, 19412.0, False,
+     _te_graphs("attn", *_ROUTER)),
+    ("26.02", "GPT-OSS 120B BF16 EP64 GBS1280 (64 GB200)", "gb200", 1, 64, 4, 15784.0, True, {}),
+    ("26.02", "GPT-OSS 120B BF16 EP64 GBS1280 (64 B300)", "b300", 1, 64, 4, 8359.0, False,
+     _te_graphs("attn", *_ROUTER)),
+    ("26.02", "GPT-OSS 120B BF16 EP64 GBS1280 (64 B200)", "b200", 1, 64, 4, 8047.0, True, {}),
+    ("26.02", "GPT-OSS 120B BF16 PP4 EP8 GBS1280 (64 H100)", "h100-80gb", 4, 8, 1, 5993.0, True, {}),
+    ("26.02.01", "GPT-OSS 120B BF16 EP64 GBS1280 (64 GB300)", "gb300", 1, 64, 4, 19366.0, False,
+     _te_graphs("attn", *_ROUTER)),
+    ("26.02.01", "GPT-OSS 120B BF16 EP64 GBS1280 (64 GB200)", "gb200", 1, 64, 4, 15754.0, True, {}),
+    ("26.02.01", "GPT-OSS 120B BF16 PP4 EP8 GBS1280 (64 H100)", "h100-80gb", 4, 8, 1, 5984.0, True, {}),
+)  # fmt: skip
+_GPT_OSS_NOTES = (
+    "routing balanced (forced)",
+    "the attention sinks' softmax offset priced as plain flash attention",
+    "the window at cuDNN 9.22's measured GB200 window-128 rate (sm100), the causal rule on H100",
+)
+
 # The archived tables' rows of models ppb has that are not priced, and why (printed by bench/public_runs.py).
 SKIPPED: tuple[tuple[str, str], ...] = (
     ("26.02 / 26.02.01 / 26.06 NVFP4 rows (Llama 3 70B, 3.1 405B)", "NVFP4: ppb prices no NVFP4 GEMMs or casts"),
@@ -206,7 +264,11 @@ SKIPPED: tuple[tuple[str, str], ...] = (
         "26.02.01 Qwen3 235B MXFP8 PP8 VP4 EP8 (256 B300)",
         "the table's VP 4 is not v0.3.1's preset (PP 8 without VP, no moe_a2a_overlap, deepep)",
     ),
-    ("26.02 / 26.02.01 DeepSeek-V3, GPT-OSS, Kimi K2 rows", "not transcribed (session 28)"),
+    (
+        "26.02.01 GPT-OSS 120B BF16 EP8 (64 B300, 64 B200)",
+        "the table's EP 8 is not v0.3.1's preset (EP 64, as 26.02's rows of the same systems)",
+    ),
+    ("26.02 / 26.02.01 Kimi K2 (GB300)", "not transcribed (session 28)"),
     (
         "26.02.01 Llama 3 70B MXFP8 PP4 MBS2 (64 GB300)",
         "the table's PP 4 without VP at MBS 2 is not v0.3.1's preset (PP 4, VP 5, MBS 1); at those sizes with the "
@@ -243,4 +305,16 @@ def nemo_release_rows() -> list[dict[str, Any]]:
         )  # fmt: skip
         raw["timing"].update(timing)
         rows.append(_release_row(release, label, raw, gpus, gbs, tps, ("routing balanced (forced)",)))
+    for release, label, mbs, parallel, device, tps, timing in _DEEPSEEK_ROWS:
+        raw = _deepseek_v3_run(label, 256, 4096, mbs, parallel, _DS_LAYOUT, device, ["mla_up_proj"])
+        raw["timing"].update(timing)
+        row = _release_row(release, label, raw, 256, 4096, tps, ())
+        bridge = f"the {release} container's recipes as Megatron-Bridge {_RELEASES[release][2]}"
+        rows.append({**row, "assumptions": (bridge, *_DEEPSEEK_ASSUMPTIONS, _BF16_MOMENTS)})
+    for release, label, device, pp, ep, mbs, tps, recompute, timing in _GPT_OSS_ROWS:
+        raw = _gpt_oss_run(label, "26.04", device, 64, 1280, mbs, pp, ep, recompute=recompute)
+        raw["timing"].update(timing)
+        row = _release_row(release, label, raw, 64, 1280, tps, ())
+        bridge = f"the {release} container's recipes as Megatron-Bridge {_RELEASES[release][2]}"
+        rows.append({**row, "assumptions": (bridge, *_GPT_OSS_NOTES)})  # BF16: none of `_row`'s FP8 notes
     return rows

@@ -111,6 +111,7 @@ from _nemo import (  # noqa: E402
 from _nemo2 import NEMO2, SKIPPED_NEMO2, nemo2_rows  # noqa: E402
 from _nemo_2407 import NEMO_2407, SKIPPED_2407, nemo_2407_rows  # noqa: E402
 from _nemo_releases import ARCHIVE, SKIPPED, nemo_release_rows  # noqa: E402
+from _papers import NARAYANAN_SKIPPED, PAPERS, paper_rows  # noqa: E402
 from _public import (  # noqa: E402
     LLAMA3_405B,
     MEGATRON_TESTS,
@@ -654,6 +655,11 @@ def _bloom_runs() -> list[PublicRun]:
     return [PublicRun(**bloom_row())]
 
 
+def _paper_runs() -> list[PublicRun]:
+    """Megatron-LM's 2021 weak-scaling table and MT-NLG 530B (bench/_papers.py)."""
+    return [PublicRun(**row) for row in paper_rows()]
+
+
 def _mindformers_runs() -> list[PublicRun]:
     """MindFormers' published Ascend throughput (bench/_mindformers.py)."""
     return [PublicRun(**row) for row in mindformers_rows()]
@@ -680,6 +686,7 @@ def public_runs() -> list[PublicRun]:
         *_bloom_runs(),
         *_mindformers_runs(),
         *_mindformers_card_runs(),
+        *_paper_runs(),
     ]
 
 
@@ -760,6 +767,7 @@ GROUPS = {
     "BLOOM": lambda source: source.startswith(BLOOM),
     "MindFormers": lambda source: source.startswith(MINDFORMERS),
     "MindFormers model-card": lambda source: source.startswith(CARDS),
+    "2021 A100 papers: Narayanan Table 1, MT-NLG (session 28)": lambda source: source in PAPERS,
 }
 
 
@@ -915,6 +923,8 @@ def main() -> int:
         print(f"not priced: NeMo {label}: {reason}")
     for label, reason in (*SKIPPED, *SKIPPED_2407, *SKIPPED_NEMO2):  # bench/_nemo_releases.py, bench/_nemo_2407.py
         print(f"not priced: NeMo {label}: {reason}")
+    for label, reason in NARAYANAN_SKIPPED:  # bench/_papers.py
+        print(f"not priced: {label}: {reason}")
     print(
         "mbs 2: the Megatron rows with micro-batches of 2 sequences (the table does not state the size; "
         "Megatron-LM's examples/gpt3 script uses 1)"

@@ -595,3 +595,21 @@ def test_a_mindspore_pool_at_least_the_usable_memory_is_accepted(
     plan.write_text("offset: [0, 0, 0, 0]\ncontext: {max_device_memory: '26GB'}\n")
     assert main(["check", str(small_device), "--plan", str(plan), "--no-optimum", "-q"]) in (0, 1)
     assert "max_device_memory" not in capsys.readouterr().err
+
+
+def test_flags_without_a_layout_on_an_uneven_split_say_over_what(tmp_path: Path, capsys) -> None:
+    """Megatron-LM d98e8a64 arguments.py `validate_args`: 32 layers over pp 3 (32 % 3 = 2) need a layout or an
+    uneven first/last stage. The line said only "32 layers do not split evenly"; now over what, and the fix."""
+    text = (CONFIGS / "llama3-8b.yaml").read_text()
+    text = text.replace("config: hf/llama3-8b.json", f"config: {CONFIGS / 'hf' / 'llama3-8b.json'}")
+    path = tmp_path / "pp3.yaml"
+    path.write_text(text.replace("pp: 4,", "pp: 3,").replace("world_size: 64", "world_size: 48"))
+    flags = "--recompute-granularity full --recompute-method uniform --recompute-num-layers 1"
+    assert main(["check", str(path), "--plan", flags, "--no-optimum"]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert captured.err.strip().splitlines() == [
+        "ppb: error: --plan: --pipeline-model-parallel-layout: missing, and 32 layers do not split evenly over pp 3: "
+        "Megatron-LM refuses that (arguments.py validate_args); give the layout, or "
+        "--decoder-first/last-pipeline-num-layers"
+    ]

@@ -174,7 +174,8 @@ def _deepseek(tmp_path: Path, layout: str):
     """configs/deepseek-v3.yaml on *layout* under --overlap-moe-expert-parallel-comm."""
     text = (CONFIGS / "deepseek-v3.yaml").read_text()
     text = text.replace("config: hf/deepseek-v3.json", f"config: {CONFIGS / 'hf' / 'deepseek-v3.json'}")
-    text = text.replace("pp: 16, vpp: 2,", f"pp: 16, layout: '{layout}', overlap_moe_expert_parallel_comm: true,")
+    text = text.replace("pp: 16, vpp: 2,", "pp: 16, overlap_moe_expert_parallel_comm: true,")
+    text = text.replace("layout: 'Et|(tt|)*29,t|tmL'", f"layout: '{layout}'")
     path = tmp_path / "ds.yaml"
     path.write_text(text)
     run = load_run(path)

@@ -245,3 +245,57 @@ def test_cli_rows_without_stages(capsys):
         ("output_mtp", 1),
     ]
     assert data["stages"] == []
+
+
+def _llama_at(tmp_path: Path, **parallel) -> Path:
+    """configs/llama3-8b.yaml (32 layers) with *parallel* over its own, written beside its config.json."""
+    raw = yaml.safe_load(Path("configs/llama3-8b.yaml").read_text())
+    raw["models"][0]["config"] = str(Path("configs/hf/llama3-8b.json").resolve())
+    raw["parallel"].update(parallel)
+    path = tmp_path / "run.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    return path
+
+
+@pytest.mark.parametrize(
+    ("parallel", "said"),
+    [
+        # 32 % 3 = 2: Megatron-LM d98e8a64 arguments.py validate_args asserts num_layers % pp == 0. The layout
+        # suggested is ppb's split: 10 each, the 2 left to the cells in order, the ends (embedding, loss) last:
+        # stage 1 then stage 0, so 11 | 11 | 10
+        ({"pp": 3, "world_size": 48}, "32 layers do not split evenly over pp 3: Megatron-LM refuses it without a "
+         "layout (arguments.py validate_args); state the one you launch, e.g. layout: 'Et*11|t*11|t*10L'"),
+        # 32 / 4 = 8 a rank, 8 % 3 != 0: transformer_block.py get_num_layers_to_build asserts a rank's share
+        # divisible by vp_size. 32 = 12·2 + 8: the 8 extras to the non-end cells in model order (cells 1..8)
+        ({"vpp": 3, "schedule": "interleaved"}, "32 layers do not split evenly over pp 4 × 3 virtual stages"),
+    ],
+)  # fmt: skip
+def test_a_megatron_run_megatron_would_refuse_is_refused_with_the_layout_to_state(tmp_path, capsys, parallel, said):
+    """Until session 28 `ppb estimate` priced an uneven Megatron run without a layout on its own split,
+    which Megatron-LM never runs: now one line naming the file and parallel.pp, nothing on stdout, exit 2."""
+    path = _llama_at(tmp_path, **parallel)
+    assert main(["estimate", str(path), "--json"]) == 2
+    captured = capsys.readouterr()
+    lines = captured.err.strip().splitlines()
+    assert captured.out == "" and len(lines) == 1
+    assert f"{path}: parallel.pp: {said}" in lines[0]
+
+
+def test_the_layout_suggested_prices_what_the_run_was_priced_at_before(tmp_path, capsys):
+    """The layout the refusal names is accepted by Megatron's rules (`parallel.layout` validated as
+    Megatron-Core's) and prices the run on the split `ppb estimate` used before: the stages' layers
+    11, 11, 10 (the refusal's `Et*11|t*11|t*10L`); a torchtitan run at pp 3 is not refused (torchtitan
+    splits unevenly itself)."""
+    path = _llama_at(tmp_path, pp=3, world_size=48, layout="Et*11|t*11|t*10L")
+    assert main(["estimate", str(path), "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert [stage["body_layers"] for stage in data["stages"]] == [11, 11, 10]
+    # the run without the layout, priced by the core (as `ppb estimate` priced it before): the same stages
+    before = estimate(load_run_config(_llama_at(tmp_path, pp=3, world_size=48))).to_json()["stages"]
+    assert before == data["stages"]
+    titan = yaml.safe_load(Path("configs/llama3.1-8b-torchtitan.yaml").read_text())
+    titan["models"][0]["config"] = str(Path("configs/hf/llama3.1-8b.json").resolve())
+    titan["parallel"].update(pp=3, world_size=24)
+    titan["training"]["micro_batches"] = 3
+    (tmp_path / "titan.yaml").write_text(yaml.safe_dump(titan))
+    assert main(["estimate", str(tmp_path / "titan.yaml"), "--json", "--no-stages"]) == 0

@@ -17,9 +17,10 @@ def rows(public):
 
 
 def test_archive_rows_convert_their_tables_figures(rows):
-    # 26.02: 10 dense rows, 5 Qwen3 30B-A3B and 5 235B; 26.02.01: 8 dense (its GB300 70B MXFP8 row not priced), 4 30B
-    # (its H100 row not priced) and 3 235B (its B300 row not priced); 26.06: 5 dense
-    assert len(rows) == 40
+    # 26.02: 10 dense rows, 5 Qwen3 30B-A3B, 5 235B, 4 DeepSeek-V3, 5 GPT-OSS; 26.02.01: 8 dense (its GB300 70B MXFP8
+    # row not priced), 4 30B (its H100 row not priced), 3 235B (its B300 row not priced), 4 DeepSeek-V3, 3 GPT-OSS
+    # (its B300 and B200 rows not priced); 26.06: 5 dense
+    assert len(rows) == 56
     # 26.02 Llama 3 70B on 64 H100 at 1,621 tokens/s each: 256 · 8192 / (1621 · 64) = 2,097,152 / 103,744 = 20.2147
     assert rows["NeMo 26.02 Llama 3 70B FP8 TP4 PP8 GBS256 (64 H100)"].seconds == pytest.approx(20.2147, rel=1e-5)
     # 26.06 Llama 3.1 405B on 1024 H100 at 326: 1536 · 8192 / (326 · 1024) = 12,582,912 / 333,824 = 37.6932 s
@@ -71,6 +72,24 @@ def test_archive_qwen3_rows_take_their_tags_presets(public, rows):
     assert (big_old.parallel.dp, big_old.training.micro_batches) == (16, 512)
     assert sum(map(sum, big_old.layout_cells())) == 94 and big_old.layout_cells()[0][0] == 2
     assert (big_old.timing.moe_dispatcher, big_new.timing.moe_dispatcher) == ("alltoall", "deepep")
+    # DeepSeek-V3 on 256 B200 (v0.3.0 DEEPSEEK_V3_PRETRAIN_CONFIG_B200_V2): PP 16, EP 8, DP 16, 4096 / 16 = 256
+    # micro-batches, HybridEP, recompute mla_up_proj; the (16, 1) layout: 4 layers a stage, the last 1 with MTP.
+    # 4096 · 4096 / (2689 · 256) = 16,777,216 / 688,384 = 24.372 s
+    ds_row = rows["NeMo 26.02 DeepSeekV3 MXFP8 PP16 EP8 (256 B200)"]
+    assert ds_row.seconds == pytest.approx(24.372, rel=1e-4)
+    ds = public.config(ds_row)
+    assert (ds.parallel.dp, ds.training.micro_batches, ds.timing.moe_dispatcher) == (16, 256, "hybridep")
+    assert [list(chunk) for chunk in ds.layout_cells()] == [[4] * 15 + [1]]
+    assert list(ds.recompute.modules) == ["mla_up_proj"]
+    # GPT-OSS 120B on 64 B300 (v0.3.0 GPT_OSS_120B_PRETRAIN_CONFIG_B300_BF16_V2): EP 64, MBS 4, GBS 1280, so DP 64 and
+    # 1280 / (4 · 64) = 5 micro-batches; no flex backend (alltoall), TE graphs of attention and the router, no
+    # recompute. 1280 · 4096 / (8359 · 64) = 5,242,880 / 534,976 = 9.8003 s
+    oss_row = rows["NeMo 26.02 GPT-OSS 120B BF16 EP64 GBS1280 (64 B300)"]
+    assert oss_row.seconds == pytest.approx(9.8003, rel=1e-4)
+    oss = public.config(oss_row)
+    assert (oss.parallel.dp, oss.parallel.ep, oss.training.micro_batches) == (64, 64, 5)
+    assert oss.timing.moe_dispatcher == "alltoall" and oss.timing.matmul_dtype is None  # BF16: the compute dtype
+    assert oss.timing.cuda_graph_modules == ["attn", "moe_router", "moe_preprocess"] and not oss.recompute.modules
 
 
 def test_archive_fsdp_rows_offload_as_their_presets(public, rows):
@@ -86,8 +105,8 @@ def test_archive_fsdp_rows_offload_as_their_presets(public, rows):
 def test_archive_rows_are_a_group_of_their_own(public, rows):
     results = [(row, row.seconds) for row in rows.values()]
     found = public.groups(results)
-    assert len(found["NeMo archive 26.02 / 26.02.01 / 26.06 (session 28)"]) == 40
-    assert sum(map(len, found.values())) == 40  # no other group takes one
+    assert len(found["NeMo archive 26.02 / 26.02.01 / 26.06 (session 28)"]) == 56
+    assert sum(map(len, found.values())) == 56  # no other group takes one
 
 
 def test_archive_rows_fit_their_devices(public, rows):

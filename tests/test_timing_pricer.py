@@ -186,9 +186,16 @@ def test_fp8_quantization_moves_the_bytes_of_its_recipe():
     # MXFP8's GEMM itself on Blackwell at 6.812 / 7.161 = 0.951 of the per-tensor FP8 rate (TE's GEMM
     # profiling guide, B300, pre-quantized: 7.161 against 6.812 ms a layer): 0.171799 / 0.951 = 0.180651 ms.
     def forward_ms(recipe: str, op: str, name: str | None = None) -> float:
-        # (B200's layer share set to 1: this test checks the casts beside a GEMM at the round ceiling)
+        # (B200's layer share set to 1 and its quantize kernels' measured HBM shares to 0, the element-wise
+        # rate: this test checks the casts' bytes beside a GEMM at the round ceiling; their rate:
+        # tests/test_timing_quantize_rate.py)
         device = dict(
-            ROUND_DEVICE, fp8_matmul_efficiency=0.5, fp8_layer_gemm_share=1.0, **({"name": name} if name else {})
+            ROUND_DEVICE,
+            fp8_matmul_efficiency=0.5,
+            fp8_layer_gemm_share=1.0,
+            mxfp8_quantize_efficiency=0.0,
+            fp8_quantize_efficiency=0.0,
+            **({"name": name} if name else {}),
         )
         raw = gelu_run(device=device).model_dump(mode="json", exclude_none=True)
         run = parse_run_config({**raw, "timing": {"matmul_dtype": "fp8", "fp8_recipe": recipe}})

@@ -19,7 +19,13 @@ from ppb_core.timing.flops import Collective, OpGeometry, layer_ops
 from ppb_core.timing.kernels import Kernels
 from ppb_core.timing.launches import op_launches
 from ppb_core.timing.pricer import TimeModel, torchtitan_overlap
-from ppb_core.timing.ring import exposed_exchanges_s, last_rank_steps, merge_bytes, ring_attention_s
+from ppb_core.timing.ring import (
+    exposed_exchanges_s,
+    first_rank_steps,
+    last_rank_steps,
+    merge_bytes,
+    ring_attention_s,
+)
 
 
 def _run(
@@ -56,6 +62,13 @@ def test_the_ring_s_steps_cover_the_causal_triangle_s_share():
         (3, 1024, 512, 0.0),
     ]
     assert sum(st.pairs() for st in steps) == 4096 * 4097 / 8
+    # the first rank: the same triangle, then three of its second chunk's 512 queries × 1024 keys
+    first = first_rank_steps(4, 1024)
+    assert [(st.count, st.queries, st.mean_keys, st.causal) for st in first] == [
+        (1, 1024, 512.5, 1.0),
+        (3, 512, 1024, 0.0),
+    ]
+    assert sum(st.pairs() for st in first) == 4096 * 4097 / 8
 
 
 def test_each_ring_step_runs_at_its_own_shape_s_rate():
@@ -71,6 +84,24 @@ def test_each_ring_step_runs_at_its_own_shape_s_rate():
     flops = 4 * 128 * (pairs0 + pairs1)  # QKᵀ and PV, 2·d each a pair
     expected = 4 * 128 * pairs0 / rate0 + 4 * 128 * pairs1 / rate1
     attention = (32.0, 4096.0, (pairs0 + pairs1) / (32 * 4096), 128.0, 1.0)
+    assert ring_attention_s(kernels, flops, 0.0, False, attention, 2) == pytest.approx(expected, rel=1e-12)
+
+
+def test_a_later_step_costs_the_slower_rank_s_shape():
+    # The same device and curves; 5 (sequence, head) pairs, cp 2, s_l = 8192, head 128. Step 0 (every
+    # rank): the 8192-token triangle (mean keys 4096.5), the causal curve at 8k, 333 of the 16k no-mask 370;
+    # 64 query blocks × 5 = 320 tiles, waves 320 / (3·132). Step 1: the last rank's 8192 queries × 4096 keys
+    # (no mask at 4k, 368; the same 320 tiles), the first rank's 4096 × 8192 (370 at 8k; 32 × 5 = 160
+    # tiles, waves 160 / (2·132)): the first rank's call is the slower and the ring waits for it.
+    kernels = Kernels(1e15, 0.8, 132, 3e12, 0.5, 0.4)
+    rate0 = 1e15 * 0.5 * 333 / 370 * 320 / 396
+    last = 1e15 * 0.5 * 368 / 370 * 320 / 396
+    first = 1e15 * 0.5 * 370 / 370 * 160 / 264
+    assert first < last
+    pairs0, pairs1 = 5 * 8192 * 4096.5, 5 * 8192 * 4096
+    flops = 4 * 128 * (pairs0 + pairs1)
+    expected = 4 * 128 * pairs0 / rate0 + 4 * 128 * pairs1 / first
+    attention = (5.0, 8192.0, (pairs0 + pairs1) / (5 * 8192), 128.0, 1.0)
     assert ring_attention_s(kernels, flops, 0.0, False, attention, 2) == pytest.approx(expected, rel=1e-12)
 
 

@@ -435,8 +435,13 @@ def _cell_layers_from_flags(
     embedding, loss = flags.split_adds
     counted = total + embedding + loss
     if counted % cells or (counted // cells) < max(embedding, loss):
+        share = f"pp {p.stages}" + (f" × {p.chunks} virtual stages" if p.chunks > 1 else "")
+        said = f"{counted} layers" + (" (the embedding and loss counted)" if embedding or loss else "")
         raise InputError(
-            where, "--pipeline-model-parallel-layout", f"missing, and {counted} layers do not split evenly"
+            where,
+            "--pipeline-model-parallel-layout",
+            f"missing, and {said} do not split evenly over {share}: Megatron-LM refuses that (arguments.py "
+            "validate_args); give the layout, or --decoder-first/last-pipeline-num-layers",
         )
     sizes = [counted // cells] * cells
     sizes[0] -= embedding

@@ -160,6 +160,26 @@ FP8_LAYER_GEMM_SHARE_BLACKWELL = round(6.044 / 6.812, 3)  # 0.887
 # at the B300's layer shares. Its FP8 ratio carries the cast, memory-bound on both parts: a lower bound.
 GB300_OVER_B300_LAYER_GEMMS = round(12.3465 / 10.4916, 3)  # 1.177
 FP8_GB300_OVER_B300_LAYER_GEMMS = round(7.7926 / 6.9645, 3)  # 1.119
+# TransformerEngine's FP8 quantize kernels on Blackwell, the share of HBM they reach (`mxfp8_quantize_efficiency`,
+# `fp8_quantize_efficiency`, what ppb prices TE's casts at: `TimeModel._quantize_s`): the same guide times the same 12
+# GEMMs a second way on the same B300, in autocast (benchmark_gemm.py `benchmark_fp8` / `benchmark_fp8_current`: a
+# `te.Linear` forward under `te.autocast`, 100 calls back to back after 10 warm-up, CUDA events), each call quantizing
+# its input and its weight before the GEMM (linear.py `_Linear.forward` at 1609c890e: the input row- and column-wise,
+# `backward_needs_input` as the weight wants a gradient; the weight row-wise only, the input wanting none; re-quantized
+# every call, `is_first_microbatch` None): 8.984 ms a layer with MXFP8, 9.147 with current scaling, against 7.161 and
+# 6.812 pre-quantized. The difference is the quantization: 1.823 and 2.335 ms. The 12 calls (M, K, N as the guide's
+# shapes: fprop, dgrad and wgrad each as a forward) quantize 1,495,269,376 input and 987,758,592 weight elements; ppb's
+# cast rule (`TimeModel._cast_bytes`) counts 4 bytes an MXFP8 input element (read 2, write a row-wise and a
+# column-wise byte; the 1/32-byte scales not counted) and 3 a weight element (row-wise only), 5 for current scaling's
+# either (its amax pass reads 2, its cast reads 2 and writes 1; no transpose on Blackwell): 8.944 GB in 1.823 ms, 4.906
+# TB/s, 0.640 of 7672 GB/s; 12.415 GB in 2.335 ms, 5.317 TB/s, 0.693 (tests/test_timing_quantize_rate.py). Against
+# the 0.8 element-wise kernels are priced at (`memory_efficiency`). A B200 bears the MXFP8 one out: TE's MXFP8 cast
+# alone, BF16 8192 x 8192 to both usages, in 52.34 us on a B200 (the "B200 (us)" column of ROCm/TransformerEngine
+# pull request #598's CAST_ONLY table, May 2026), 4 x 67,108,864 B at 5.13 TB/s, 0.668. Taken for B200, GB200 and
+# GB300 (the same 8 TB/s HBM3e label and TE's same quantize kernels, an assumption). Delayed scaling and blockwise:
+# not measured.
+MXFP8_QUANTIZE_SHARE_BLACKWELL = round((1495269376 * 4 + 987758592 * 3) / ((8.984 - 7.161) * 1e-3) / 7672e9, 3)
+FP8_QUANTIZE_SHARE_BLACKWELL = round((1495269376 + 987758592) * 5 / ((9.147 - 6.812) * 1e-3) / 7672e9, 3)
 # The same share on the 700 W H100 SXM (`layer_gemm_share`, `fp8_layer_gemm_share`), from TransformerEngine's
 # getting-started benchmark (docs/getting_started/getting_started_pytorch.out at a97674070, "on an NVIDIA H100
 # GPU": a hidden-4096, FFN-16384 layer at 8 x 2048 tokens, forward and backward, 100 iterations back to back,
@@ -267,6 +287,10 @@ class DeviceProfile:
     # tiles at MAMF).
     layer_gemm_share: float = 1.0
     fp8_layer_gemm_share: float = 1.0
+    # TransformerEngine's quantize kernels' share of HBM under MXFP8 and under current (tensorwise) scaling
+    # (`MXFP8_QUANTIZE_SHARE_BLACKWELL`, `FP8_QUANTIZE_SHARE_BLACKWELL`); 0: not measured, `memory_efficiency`.
+    mxfp8_quantize_efficiency: float = 0.0
+    fp8_quantize_efficiency: float = 0.0
     # A training step's attention, back to back, over the single-call rates above
     # (`ATTENTION_BACK_TO_BACK_SHARE_B200`); 1: not measured.
     attention_back_to_back_share: float = 1.0
@@ -515,6 +539,8 @@ DEVICE_CATALOG: dict[str, DeviceProfile] = {
         mxfp8_matmul_ratio=MXFP8_MATMUL_RATIO_BLACKWELL,
         layer_gemm_share=LAYER_GEMM_SHARE_BLACKWELL,
         fp8_layer_gemm_share=FP8_LAYER_GEMM_SHARE_BLACKWELL,
+        mxfp8_quantize_efficiency=MXFP8_QUANTIZE_SHARE_BLACKWELL,
+        fp8_quantize_efficiency=FP8_QUANTIZE_SHARE_BLACKWELL,
         attention_back_to_back_share=ATTENTION_BACK_TO_BACK_SHARE_B200,
         compute_capability=10.0,
         gemm_kernel_us=GEMM_KERNEL_US_B200,
@@ -573,6 +599,8 @@ DEVICE_CATALOG: dict[str, DeviceProfile] = {
         mxfp8_matmul_ratio=MXFP8_MATMUL_RATIO_BLACKWELL,
         layer_gemm_share=LAYER_GEMM_SHARE_BLACKWELL,
         fp8_layer_gemm_share=FP8_LAYER_GEMM_SHARE_BLACKWELL,
+        mxfp8_quantize_efficiency=MXFP8_QUANTIZE_SHARE_BLACKWELL,
+        fp8_quantize_efficiency=FP8_QUANTIZE_SHARE_BLACKWELL,
         attention_back_to_back_share=ATTENTION_BACK_TO_BACK_SHARE_B200,
         compute_capability=10.0,
         gemm_kernel_us=GEMM_KERNEL_US_B200,
@@ -627,6 +655,8 @@ DEVICE_CATALOG: dict[str, DeviceProfile] = {
         mxfp8_matmul_ratio=MXFP8_MATMUL_RATIO_BLACKWELL,
         layer_gemm_share=LAYER_GEMM_SHARE_BLACKWELL,
         fp8_layer_gemm_share=FP8_LAYER_GEMM_SHARE_BLACKWELL,
+        mxfp8_quantize_efficiency=MXFP8_QUANTIZE_SHARE_BLACKWELL,
+        fp8_quantize_efficiency=FP8_QUANTIZE_SHARE_BLACKWELL,
         attention_back_to_back_share=ATTENTION_BACK_TO_BACK_SHARE_B200,
         compute_capability=10.3,
         gemm_kernel_us=GEMM_KERNEL_US_B200,
@@ -671,6 +701,8 @@ DEVICE_CATALOG: dict[str, DeviceProfile] = {
         mxfp8_matmul_ratio=MXFP8_MATMUL_RATIO_BLACKWELL,
         layer_gemm_share=LAYER_GEMM_SHARE_BLACKWELL,
         fp8_layer_gemm_share=FP8_LAYER_GEMM_SHARE_BLACKWELL,
+        mxfp8_quantize_efficiency=MXFP8_QUANTIZE_SHARE_BLACKWELL,
+        fp8_quantize_efficiency=FP8_QUANTIZE_SHARE_BLACKWELL,
         attention_back_to_back_share=ATTENTION_BACK_TO_BACK_SHARE_B200,
         compute_capability=10.3,
         gemm_kernel_us=GEMM_KERNEL_US_B200,

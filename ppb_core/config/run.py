@@ -602,6 +602,12 @@ class Device(StrictModel):
     attention_back_to_back_share: Efficiency | None = Field(
         None, description="a training step's attention, back to back, over the single-call attention rates"
     )
+    mxfp8_quantize_efficiency: ZeroOrEfficiency | None = Field(
+        None, description="HBM share TE's MXFP8 quantize kernels reach (0: memory_efficiency)"
+    )
+    fp8_quantize_efficiency: ZeroOrEfficiency | None = Field(
+        None, description="HBM share TE's current-scaling FP8 quantize kernels reach (0: memory_efficiency)"
+    )
     gemm_epilogue_overlapped: bool | None = None
     fp8_tile_overhead_us: Latency | None = Field(None, description="fixed time per output tile of an FP8 GEMM")
     gemm_kernel_us: Latency | None = Field(None, description="fixed time of every 16-bit GEMM kernel")

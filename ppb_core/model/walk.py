@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
+from ppb_core.config.layout import format_layout
 from ppb_core.config.run import RunConfig
 from ppb_core.config.spec import VisionSpec
 from ppb_core.errors import InputError
@@ -129,6 +130,35 @@ def uniform_split(
     for chunk, stage in order[:extra]:
         counts[chunk][stage] += 1
     return counts
+
+
+def megatron_refused_split(run: RunConfig) -> str | None:
+    """Why Megatron-LM would not start the run as its config places the layers, with the layout to state
+    instead; None where it would. Without `--pipeline-model-parallel-layout` or an uneven first or last
+    stage, Megatron-LM d98e8a64 asserts `num_layers % pipeline_model_parallel_size == 0`
+    (megatron/training/arguments.py `validate_args`) and a rank's share divisible by its virtual stages
+    (megatron/core/transformer/transformer_block.py `get_num_layers_to_build`); a run config has only
+    `parallel.layout` for the others (an import writes `--decoder-first/last-pipeline-num-layers` and
+    `--account-for-*-in-pipeline-split` as one). Until session 28 `ppb estimate` priced such a run on
+    `uniform_split`, a split Megatron never runs. Only Megatron's own schedules over one language model:
+    DualPipeV and several sub-models have no layout in Megatron's words (`balance.outputs.not_megatrons`)."""
+    par = run.parallel
+    if run.framework != "megatron" or par.layout is not None or par.pp == 1 or len(run.models) != 1:
+        return None
+    if par.schedule == "dualpipev" or run.is_vision(run.model_names[0]):
+        return None
+    layers = run.total_body_layers
+    if not (layers % par.pp or (layers // par.pp) % par.vpp):
+        return None
+    counts = uniform_split(layers, par.pp, par.vpp, par.schedule, run_ends(run), run.framework)
+    stages = ["t" * counts[chunk][stage] for chunk in range(par.vpp) for stage in range(par.pp)]  # model order
+    stages[0] = "E" + stages[0]
+    stages[-1] += "m" * run.spec(run.model_names[0]).mtp_layers + "L"
+    share = f"pp {par.pp}" + (f" × {par.vpp} virtual stages" if par.vpp > 1 else "")
+    return (
+        f"{layers} layers do not split evenly over {share}: Megatron-LM refuses it without a layout "
+        f"(arguments.py validate_args); state the one you launch, e.g. layout: '{format_layout(stages)}'"
+    )
 
 
 def torchtitan_split(layers: int, cells: int) -> list[int] | None:

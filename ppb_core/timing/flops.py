@@ -188,7 +188,8 @@ class Op:
     # A flash op under ring context parallelism run as the framework's cp calls, one per ring step,
     # each at its own shape (`ppb_core.timing.ring`); 0: one kernel over every key.
     ring: int = 0
-    # ...whose calls are the ring's ("p2p", `ring.last_rank_steps`) or TransformerEngine's all-gather CP's two
+    # ...whose calls are the ring's ("p2p", `ring.last_rank_steps` against `ring.first_rank_steps`, the slower
+    # each step) or TransformerEngine's all-gather CP's two
     # calls a pass ("all_gather", `ring.all_gather_steps`; `ring` then holds cp)
     ring_steps: str = "p2p"
     # An unfused attention core's pass over its materialized scores (its batched products, softmax and

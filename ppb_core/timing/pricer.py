@@ -366,6 +366,14 @@ class TimeModel:
         self._kernels_16 = dataclasses.replace(self._kernels_16, gemm_ceiling=ceiling_16) if fp8 else self.kernels
         self._geometry = OpGeometry.from_run(run)
         self._fp8_recipe = run.timing.fp8_recipe if run.timing.matmul_dtype == "fp8" else None
+        # TransformerEngine's quantize kernels run at their own measured share of HBM where stated
+        # (`DeviceProfile.mxfp8_quantize_efficiency`, `fp8_quantize_efficiency`; `_quantize_s`)
+        quantize_share = {
+            "mxfp8": self.device.mxfp8_quantize_efficiency,
+            "tensorwise": self.device.fp8_quantize_efficiency,
+        }.get(self._fp8_recipe or "", 0.0)
+        te_casts = framework != "torchtitan" and quantize_share > 0
+        self._quantize_bytes_per_s = self.device.hbm_bandwidth_gbs * 1e9 * quantize_share if te_casts else 0.0
         self._norm_fed: set[str] = set()  # FP8 GEMMs fed by a TE norm (tensorwise scaling's fused amax)
         # torchtitan's GEMMs fed by a float8 TP all-gather, and those whose output a TP reduce-scatter takes
         self._float8_gathered: set[str] = set()
@@ -565,13 +573,14 @@ class TimeModel:
                 c = tp if "forward" in chunks else 1
                 compute = each * share * c * kernels.gemm_compute_s(m / c, fused, k, groups, out) + rounds
                 weight_cast = self._weight_cast_bytes + (self._fp8_weight_bytes if op.fp8 else 0)
-                cast_bytes = cast * m * k * groups * each + weight_cast * op.weight_elements
+                cast_bytes = weight_cast * op.weight_elements
                 moved = (
                     kernels.score_memory_s(op.bytes, op.score_keys, False, op.score_head_dim)
                     if op.score_keys
                     else kernels.memory_s(op.bytes)
                 )
-                return max(compute, moved) + kernels.memory_s(cast_bytes + side_forward)
+                quantized = self._quantize_s(cast * m * k * groups * each, kernels)
+                return max(compute, moved) + kernels.memory_s(cast_bytes + side_forward) + quantized
             half = (
                 kernels.score_memory_s(op.backward_bytes / 2, op.score_keys, True, op.score_head_dim)
                 if op.score_keys
@@ -579,7 +588,7 @@ class TimeModel:
             )
             c = tp if "dgrad" in chunks else 1
             dgrad = max(each * share * c * kernels.gemm_compute_s(m / c, k, fused, groups, out) + rounds, half)
-            dgrad += kernels.memory_s(self._cast_bytes(op, gradient=True) * m * n * groups * each)
+            dgrad += self._quantize_s(self._cast_bytes(op, gradient=True) * m * n * groups * each, kernels)
             # a bias gradient reduced in its own kernel runs after the weight gradient (`_bias_passes`)
             wgrad = max(each * share * kernels.gemm_compute_s(k, fused, m, groups, self._wgrad_bytes) + rounds, half)
             wgrad += kernels.memory_s(
@@ -595,6 +604,15 @@ class TimeModel:
         else:
             seconds = kernels.elementwise_s(traffic, op.fusion, backward=phase != "forward")
         return seconds if phase in ("forward", "backward") else seconds / 2
+
+    def _quantize_s(self, traffic: float, kernels: Kernels) -> float:
+        """Seconds of an FP8 GEMM operand's quantization (`_cast_bytes`'s HBM bytes): TransformerEngine's
+        quantize kernels at their measured share of HBM where the device states one for the run's recipe
+        (`MXFP8_QUANTIZE_SHARE_BLACKWELL`, `FP8_QUANTIZE_SHARE_BLACKWELL`), else as any memory-bound pass;
+        torchtitan's casts (torchao's, compiled or eager) keep the element-wise rate."""
+        if self._quantize_bytes_per_s > 0:
+            return traffic / self._quantize_bytes_per_s
+        return kernels.memory_s(traffic)
 
     def _grouped_rounds(self, op: Op, groups: int) -> int:
         """The GEMM kernels beyond the first that one of TransformerEngine's compute streams runs in turn

@@ -13,9 +13,16 @@ followed by a merge of its partial output into the running one by the log-sum-ex
 
 Every step computes s_l²/2 (query, key) pairs; together s(s+1)/(2cp), the causal triangle's share,
 as ppb counts FLOPs. The last rank (r = cp−1) runs step 0 and cp−1 rectangles of s_l queries by
-s_l/2 keys, the first rank cp−1 of s_l/2 by s_l: ppb prices the last rank (`last_rank_steps`), whose
-key walks are the shorter (read lower on the measured curves, `attention_rates.sequence_factor`)
-and whose merges cover every row.
+s_l/2 keys (`last_rank_steps`), the first rank cp−1 of s_l/2 by s_l (`first_rank_steps`): at every
+later step i both shapes run, rank 0 the second (i > 0), rank cp−1 the first (i ≤ cp−1), and the ring
+waits for the slower: PyTorch's forward gathers K, V once a layer (`_AllGatherRotater`), so the next
+layer's gather waits for the rank whose calls took longest, rank 0's or rank cp−1's (a rank's sum is
+linear in r), and its backward passes dK, dV to the next rank after every step (`dkv_rotater`,
+`permute_tensor`), waited before the next step's call; TransformerEngine waits for each step's
+received K, V (and in the backward dK, dV) before that step's call. So each later step costs the
+slower shape's call (`ring_attention_s`; the shorter key walk reads lower on the measured curves,
+`attention_rates.sequence_factor`, the shorter query side fills fewer waves). Merges are the last
+rank's, whose cover every row.
 Sources: PyTorch's `_templated_ring_attention` and `_templated_ring_attention_backward`
 (torch/distributed/tensor/experimental/_context_parallel/_attention.py in torch 2.13;
 torch/distributed/tensor/experimental/_attention.py at pytorch/pytorch 0123248a the same loop,
@@ -53,6 +60,12 @@ def last_rank_steps(cp: int, local: float) -> tuple[RingStep, ...]:
     return (RingStep(1, local, (local + 1) / 2, 1.0), RingStep(cp - 1, local, local / 2, 0.0))
 
 
+def first_rank_steps(cp: int, local: float) -> tuple[RingStep, ...]:
+    """The first rank's cp calls: step 0's triangle, then the second local chunk's queries against both of
+    the sender's chunks (`i > rank`), s_l/2 × s_l, the same pairs as the last rank's (module docstring)."""
+    return (RingStep(1, local, (local + 1) / 2, 1.0), RingStep(cp - 1, local / 2, local, 0.0))
+
+
 def all_gather_steps(cp: int, local: float) -> tuple[RingStep, ...]:
     """TransformerEngine's all-gather CP (`AttnFuncWithCPAndKVAllGather`, d0067d0d): rank r's two calls, one
     per local chunk of c = local/2 queries (chunks r and 2cp−1−r), each against the gathered keys up to its
@@ -78,15 +91,19 @@ def ring_attention_s(
     kind: str = "p2p",
 ) -> float:
     """One pass of a flash op (`Op.attention`: sequences, s/cp queries, ...) as the ring's cp calls (*kind*
-    p2p) or all-gather CP's two (*kind* all_gather), each at its own shape and rate; the op's FLOPs and
-    bytes shared by the calls' pairs."""
+    p2p: each step at the slower of the last and the first rank's shapes, the module docstring) or
+    all-gather CP's two (*kind* all_gather), each at its own shape and rate; the op's FLOPs and bytes
+    shared by the calls' pairs."""
     sequences, local, _, head_dim, _ = attention
-    steps = all_gather_steps(cp, local) if kind == "all_gather" else last_rank_steps(cp, local)
-    total = sum(step.pairs() for step in steps)
-    seconds = 0.0
-    for step in steps:
+    if kind == "all_gather":
+        ranks = (all_gather_steps(cp, local),)
+    else:
+        ranks = (last_rank_steps(cp, local), first_rank_steps(cp, local))
+    total = sum(step.pairs() for step in ranks[0])
+
+    def call_s(step: RingStep) -> float:
         share = step.queries * step.mean_keys / total
-        call = kernels.attention_s(
+        return kernels.attention_s(
             flops * share,
             traffic * share,
             backward,
@@ -97,8 +114,8 @@ def ring_attention_s(
             step.causal,
             carries_dq=carries_dq,
         )
-        seconds += step.count * call
-    return seconds
+
+    return sum(max(step.count * call_s(step) for step in same) for same in zip(*ranks, strict=True))
 
 
 def merge_bytes(
