@@ -115,10 +115,6 @@ GEMM_FULL_INTENSITY_B200 = round(64 * (2250 / 148) / (989 / 132))
 # GB200 rates scaled by the two parts' MAMF, over B200's 16-bit peak.
 ATTENTION_FORWARD_B200 = round(1697 * 1745 / 1822 / 2250, 3)  # 0.722
 ATTENTION_BACKWARD_B200 = round(1374 * 1745 / 1822 / 2250, 3)  # 0.585
-# cuDNN attention on B300 (the b300 entry derives them): NVIDIA's GB300 rates at head size 128, 16k tokens, no
-# mask, scaled by the two parts' MAMF (GB300's taken as GB200's), over B300's 16-bit peak.
-ATTENTION_FORWARD_B300 = round(2014 * 1769 / 1822 / 2250, 3)  # 0.869
-ATTENTION_BACKWARD_B300 = round(1536 * 1769 / 1822 / 2250, 3)  # 0.663
 # What attention dropout adds to cuDNN's fused attention on sm_90 (`attention_dropout_cost`):
 # NVIDIA/TransformerEngine issue #3312 (Aug 2026) times one DotProductAttention forward and backward,
 # FusedAttention forced, BF16, sbhd (Megatron's layout), 4096 tokens in 4 sequences, 16 heads of 128,
@@ -160,6 +156,10 @@ FP8_LAYER_GEMM_SHARE_BLACKWELL = round(6.044 / 6.812, 3)  # 0.887
 # at the B300's layer shares. Its FP8 ratio carries the cast, memory-bound on both parts: a lower bound.
 GB300_OVER_B300_LAYER_GEMMS = round(12.3465 / 10.4916, 3)  # 1.177
 FP8_GB300_OVER_B300_LAYER_GEMMS = round(7.7926 / 6.9645, 3)  # 1.119
+# cuDNN attention on B300 (the b300 entry derives them): NVIDIA's GB300 rates at head size 128, 16k tokens, no
+# mask, at the B300's 16-bit tensor rate over the GB300's (that layer ratio), over B300's 16-bit peak.
+ATTENTION_FORWARD_B300 = round(2014 / GB300_OVER_B300_LAYER_GEMMS / 2250, 3)  # 0.761
+ATTENTION_BACKWARD_B300 = round(1536 / GB300_OVER_B300_LAYER_GEMMS / 2250, 3)  # 0.580
 # TransformerEngine's FP8 quantize kernels on Blackwell, the share of HBM they reach (`mxfp8_quantize_efficiency`,
 # `fp8_quantize_efficiency`, what ppb prices TE's casts at: `TimeModel._quantize_s`): the same guide times the same 12
 # GEMMs a second way on the same B300, in autocast (benchmark_gemm.py `benchmark_fp8` / `benchmark_fp8_current`: a
@@ -636,11 +636,11 @@ DEVICE_CATALOG: dict[str, DeviceProfile] = {
     # NCCL's NVLink 5 share, the XLA sm_100 GEMM fixed times and tile rule, attention's back-to-back share
     # (B200's: the same SM and die family, sm_103 running sm_100's instruction set plus its additions);
     # NDR's NIC share for the 800 Gb/s XDR NIC. Attention: cuDNN 9.22 measured on a GB300 (the gb300 entry),
-    # scaled as B200's from GB200's by the two parts' MAMF, GB300's taken as GB200's 1822 (the same 2500
-    # TFLOPS spec, no public GB300 MAMF): 2014 · 1769/1822 = 1955 (0.869 of 2250), 1536 · 1769/1822 = 1491
-    # (0.663). Host: DGX B300's two Xeon 6776P (Granite Rapids, 64 cores, 2.3 GHz base, 4.6 GHz Priority
-    # Core Turbo on 8 cores: Intel's Xeon 6 launch, May 2025); no Megatron CI values on it, so DGX B200's
-    # launch time is kept (`HOST_KERNEL_US_DGX_B200`, itself an assumption), not re-scaled to another core.
+    # scaled as B200's from GB200's by the two parts' tensor rates, here the GEMM ratio aiconfigurator measured
+    # between them (`GB300_OVER_B300_LAYER_GEMMS`, 1.177; session 28): 2014 / 1.177 = 1711 (0.761 of 2250),
+    # 1536 / 1.177 = 1305 (0.580). Host: DGX B300's two Xeon 6776P (Granite Rapids, 64 cores, 2.3 GHz base,
+    # 4.6 GHz Priority Core Turbo on 8 cores: Intel's Xeon 6 launch, May 2025); no Megatron CI values on it, so DGX
+    # B200's launch time is kept (`HOST_KERNEL_US_DGX_B200`, itself an assumption), not re-scaled to another core.
     "b300": DeviceProfile(
         "b300",
         275040,
