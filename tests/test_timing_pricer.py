@@ -218,7 +218,7 @@ def test_mxfp8_gemms_run_at_the_measured_share_of_per_tensor_fp8_on_blackwell():
     # TE's GEMM profiling guide (gemm_profiling.rst at 1609c890e), B300, pre-quantized operands, the 12
     # GEMMs of a hidden-4096 layer: 6.812 ms a layer with current scaling, 7.161 with MXFP8: 0.951.
     assert MXFP8_MATMUL_RATIO_BLACKWELL == 0.951 == round(6.812 / 7.161, 3)
-    for name, mamf in (("b200", 0.763), ("gb200", 0.723)):  # FP8 MAMF over the FP8 peak (the catalog's)
+    for name, mamf in (("b200", 0.698), ("gb200", 0.669)):  # FP8 MAMF over the FP8 peak (the catalog's)
         raw = gelu_run(device={"name": name}).model_dump(mode="json", exclude_none=True)
         ceilings = {}
         for recipe in ("tensorwise", "mxfp8"):
