@@ -160,7 +160,7 @@ FP8_GB300_OVER_B300_LAYER_GEMMS = round(7.7926 / 6.9645, 3)  # 1.119
 # "NVIDIA B200", 7.8183 on the "NVIDIA GB200", 7.7926 on the B300. ml-engineering's FP8 MAMF rows (B200 3432.5,
 # torch 2.7.1+cu128; GB200 3615.6, 2.10.0.dev+cu130; B300 3353.3, 2.9.1+cu130) put them 1.024 and 1.078 times the
 # B300's; one stack measures 0.937 and 0.997 (TRT-LLM 1.3.0rc10's tables: 0.897, 1.015). Both collections put both
-# parts' FP8 GEMMs 7-12% under what the MAMF rows give at the B300's layer share, beyond their spread: the two parts
+# parts' FP8 GEMMs 6-12% under what the MAMF rows give at the B300's layer share, beyond their spread: the two parts
 # take the B300's FP8 MAMF times that ratio. Their BF16 ratios (B200 0.971 / 0.961, GB200 1.001 / 1.033 at rc20 /
 # rc10) agree with the MAMF rows' (0.986, 1.030) within the collections' own spread: BF16 stays ml-engineering's.
 # (The GB200's 152 SMs against the B300's 148 change its tile quantization slightly: the ratio is taken whole.)
