@@ -842,3 +842,88 @@ def mindformers_card_rows() -> list[dict[str, Any]]:
             }
         )
     return rows
+
+
+# ---------------------------------------------------------------------------------------------
+# Model-card rows of another release (session 28, a group of their own in bench/public_runs.py)
+
+# research/qwen/qwen.md at v1.3.0 (debac6a97), "以下模型性能均由Atlas 800T A2硬件环境下测试得出": Qwen (the first
+# generation) 7B and 14B fine-tuning; gone from the cards by v1.4.0-beta2. Their model (research/qwen/qwen_model.py
+# at v1.3.0) is `LLamaDecodeLayer` with `qkv_has_bias=True`, `QwenFeedForward` (SwiGLU, w1/w3 of
+# `intermediate_size`), RMSNorm, rotary positions and an untied `lm_head`: the Qwen1.5 shapes of the same sizes
+# (the yamls' hidden 4096 / 5120, 32 / 40 layers and heads, FFN 11008 / 13696, vocabulary 151936 / 152064). The
+# global batch is base_trainer.py `_check_global_batch_size_for_auto_parallel` at v1.3.0, the rule `Card.sequences`
+# states (full_batch, one stage, gradient_accumulation_steps unset). Priced: the two bfloat16 rows. Not priced:
+# the float16 rows (finetune_qwen_7b.yaml, finetune_qwen_14b.yaml: `micro_batch_interleave_num: 4`).
+CARDS_V130 = "mindspore-lab/mindformers v1.3.0 (debac6a97) model cards"
+SKIPPED_V130 = (
+    (
+        "MindFormers v1.3.0 Qwen 7B / 14B float16 (finetune_qwen_7b.yaml 1571, finetune_qwen_14b.yaml 911 tokens/s/p)",
+        "`micro_batch_interleave_num: 4`, a setting ppb cannot state",
+    ),
+)
+V130_ROWS: tuple[Card, ...] = (
+    Card(
+        "Qwen 7B finetune bf16",
+        ATLAS_800T_A2,
+        "research/qwen/finetune_qwen_7b_bf16.yaml",
+        2955.0,
+        QWEN15_7B,
+        seq_length=2048,
+        dp=8,
+        mp=1,
+        pp=1,
+        batch_size=2,
+        accumulation=1,
+        micro_batch_num=1,
+        full_recompute=False,
+        dtype="bf16",
+        param_dtype="fp32",
+        jit_level="O2",
+        rotary_dtype="fp16",
+    ),
+    Card(
+        "Qwen 14B finetune bf16",
+        ATLAS_800T_A2,
+        "research/qwen/finetune_qwen_14b_bf16.yaml",
+        1106.0,
+        QWEN15_14B,
+        seq_length=2048,
+        dp=8,
+        mp=1,
+        pp=1,
+        batch_size=1,
+        accumulation=1,
+        micro_batch_num=1,
+        full_recompute=True,
+        dtype="bf16",
+        param_dtype="fp32",
+        jit_level="O2",
+        rotary_dtype="fp16",
+    ),
+)
+
+
+def mindformers_v130_rows() -> list[dict[str, Any]]:
+    """The v1.3.0 cards' rows: `mindformers_card_rows`' fields under their own source."""
+    rows = []
+    for card in V130_ROWS:
+        tokens = card.sequences * card.seq_length
+        rows.append(
+            {
+                "name": f"MindFormers v1.3.0 {card.name} ({card.devices} 910B, DP{card.dp}, {card.hardware})",
+                "source": f"{CARDS_V130}, {card.yaml}",
+                "raw": card_raw(card),
+                "published": f"{card.tokens_per_s_per_device:,.0f} tokens/s per device",
+                "seconds": tokens / (card.tokens_per_s_per_device * card.devices),
+                "plan": card.plan(),
+                "assumptions": (
+                    "tokens/s/p as the step's tokens over its seconds and the devices",
+                    f"{card.hardware} as the catalog's ascend-910b",
+                    "a fine-tuning step priced as a pre-training step (same layers, full loss)",
+                    "MindSpore's parallel optimizer (enable_parallel_optimizer, the yaml's parallel_optimizer_config)",
+                    "jit_level O2: the generic fused op counts",
+                ),
+            }
+        )
+    return rows

@@ -1,9 +1,10 @@
-"""NeMo's performance summaries of the releases not in bench/_nemo.py: the archived 26.02, 26.02.01 and 26.06
+"""NeMo's performance summaries of the releases not in bench/_nemo.py: the archived 25.09, 26.02, 26.02.01 and 26.06
 tables, each row with its own release's recipe, as run configs for bench/public_runs.py (a group of their own,
 so the 25.11 and 26.04 groups keep their means).
 
 Source: NVIDIA-NeMo/Megatron-Bridge docs/performance-summary-archive.md at 067f987df, sections "26.06 NeMo
-Container", "26.02.01 NeMo Container" and "26.02 NeMo Container" (pre-training tables by model: system, GPUs,
+Container", "26.02.01 NeMo Container", "26.02 NeMo Container" and "25.09 NeMo Container" (its recipes: `_ROWS_2509`)
+(pre-training tables by model: system, GPUs,
 precision, GBS, MBS, sequence, FSDP, TP, PP, CP, VP, EP, tokens/s per GPU; seconds = GBS · sequence / (tokens/s
 per GPU · GPUs)). The recipes are each container's Megatron-Bridge: 26.02 is v0.3.0 (21b02e0cf; its
 docs/releases/software-versions.md "NeMo Framework 26.02": PyTorch 2.10.0a0, Megatron Core main:0.16.0 (the
@@ -33,6 +34,7 @@ from _nemo import (
     _405B_ONE_A_STAGE,
     _BF16_MOMENTS,
     _DEEPSEEK_ASSUMPTIONS,
+    _LLAMA3_8B,
     _ROUTER,
     QWEN3_30B_A3B,
     QWEN3_235B_A22B,
@@ -52,6 +54,13 @@ ARCHIVE = "NeMo performance archive (NVIDIA-NeMo/Megatron-Bridge docs/performanc
 
 # Each container's releases (`framework_release`) and cuDNN (module docstring)
 _RELEASES: dict[str, tuple[dict[str, str], str, str]] = {
+    # 25.09: Megatron-Bridge v0.1.0rc3 (bf71eba07); the same file at v0.2.0, "NeMo Framework 25.09": PyTorch
+    # 2.8.0a0, Megatron Core 0.14.0, Transformer Engine 2.7.0, cuDNN 9.11.0.98
+    "25.09": (
+        {"megatron_core": "0.14.0", "transformer_engine": "2.7.0", "pytorch": "2.8.0a0"},
+        "9.11.0.98",
+        "v0.1.0rc3",
+    ),
     "26.02": ({"megatron_core": "0.16.0", "transformer_engine": "2.12", "pytorch": "2.10.0a0"}, "9.18.0.50", "v0.3.0"),
     "26.02.01": (
         {"megatron_core": "0.16.0", "transformer_engine": "2.12", "pytorch": "2.10.0a0"},
@@ -130,6 +139,48 @@ _LLAMA_ROWS: tuple[tuple[Any, ...], ...] = (
      {"tp": 4, "pp": 16, "vp": 8}, "gb200", 783.0, {"layout": _405B_ONE_A_STAGE, "fp8_recipe": "mxfp8"}, {}, ()),
     ("26.06", "Llama 3.1 405B FP8 TP8 PP8 CP2 (1024 H100)", LLAMA3_405B, 1024, 1536, 1,
      {"tp": 8, "pp": 8, "cp": 2, "vp": 8}, "h100-80gb", 326.0, {"layout": _405B_LAYOUT}, {}, ()),
+)  # fmt: skip
+
+# The 25.09 table ("25.09 NeMo Container", GBS, MBS and sizes per system; FP8 per-tensor current scaling, MXFP8 in
+# parentheses): Megatron-Bridge v0.1.0rc3's scripts/performance/configs/llama3/llama3_{8b,70b}_llm_pretrain.yaml and
+# llama31/llama31_405b_llm_pretrain.yaml (`perf_matrix` by system and precision, fp8_cs and fp8_mx; the ConfigContainer
+# part: TE's fused cross-entropy, no NaN checks, BF16 gradient reduction), run_script.py (the userbuffers configs of
+# utils/helpers.py `COMM_OVERLAP_CONFIG_MAP` where TP > 1, gradient accumulation fusion on, Megatron FSDP's double
+# buffer for the 70B and 405B, rope fusion), utils/helpers.py `apply_perf_matrix_overrides` (`cuda_graphs`:
+# MCore's enable_cuda_graph, the local graphs; Megatron FSDP `optim_grads_params`, no FP8 transpose cache; recompute
+# and CPU offloading as the matrix names them), comm_overlap.py `_get_optimizer_overlap_cfgs` (the gathers with the
+# optimizer step left False: its True is commented out at v0.1.0rc3).
+# (label, spec, GPUs, GBS, MBS, parallel, device, tokens/s per GPU, options, training words)
+_ROWS_2509: tuple[tuple[Any, ...], ...] = (
+    # gb200 num_gpus_8: MBS 2, CUDA graphs (fp8_cs and fp8_mx alike)
+    ("Llama 3 8B FP8 (8 GB200)", _LLAMA3_8B, 8, 128, 2, {}, "gb200", 31357.0, {"graphs": True}, {}),
+    ("Llama 3 8B MXFP8 (8 GB200)", _LLAMA3_8B, 8, 128, 2, {}, "gb200", 29925.0, {"graphs": True, "fp8_recipe": "mxfp8"},
+     {}),
+    # gb200 num_gpus_64: fp8_cs MBS 2, Megatron FSDP, CPU offloading of 40 layers; fp8_mx MBS 1, TP 2, PP 4, VP 5
+    ("Llama 3 70B FP8 FSDP (64 GB200)", LLAMA31_70B, 64, 128, 2, {}, "gb200", 3986.0, {"fsdp": True},
+     {"cpu_offloading_num_layers": 40}),
+    ("Llama 3 70B MXFP8 TP2 PP4 VP5 (64 GB200)", LLAMA31_70B, 64, 128, 1, {"tp": 2, "pp": 4, "vp": 5}, "gb200", 3546.0,
+     {"fp8_recipe": "mxfp8"}, {}),
+    # gb200 num_gpus_128: fp8_cs TP 2, Megatron FSDP, CPU offloading of 95 layers; fp8_mx TP 4, PP 8, CP 2, VP 8
+    ("Llama 3.1 405B FP8 FSDP TP2 (128 GB200)", LLAMA3_405B, 128, 64, 1, {"tp": 2}, "gb200", 729.0, {"fsdp": True},
+     {"cpu_offloading_num_layers": 95}),
+    ("Llama 3.1 405B MXFP8 TP4 PP8 CP2 VP8 (128 GB200)", LLAMA3_405B, 128, 64, 1, {"tp": 4, "pp": 8, "cp": 2, "vp": 8},
+     "gb200", 578.0, {"fp8_recipe": "mxfp8", "layout": _405B_LAYOUT}, {}),
+    # b200 num_gpus_8: MBS 2, CUDA graphs; num_gpus_128: TP 4, PP 8, CP 2, VP 8 (fp8_cs and fp8_mx alike)
+    ("Llama 3 8B FP8 (8 B200)", _LLAMA3_8B, 8, 128, 2, {}, "b200", 29994.0, {"graphs": True}, {}),
+    ("Llama 3 8B MXFP8 (8 B200)", _LLAMA3_8B, 8, 128, 2, {}, "b200", 29388.0, {"graphs": True, "fp8_recipe": "mxfp8"},
+     {}),
+    ("Llama 3.1 405B FP8 TP4 PP8 CP2 (128 B200)", LLAMA3_405B, 128, 64, 1, {"tp": 4, "pp": 8, "cp": 2, "vp": 8},
+     "b200", 664.0, {"layout": _405B_LAYOUT}, {}),
+    ("Llama 3.1 405B MXFP8 TP4 PP8 CP2 (128 B200)", LLAMA3_405B, 128, 64, 1, {"tp": 4, "pp": 8, "cp": 2, "vp": 8},
+     "b200", 622.0, {"fp8_recipe": "mxfp8", "layout": _405B_LAYOUT}, {}),
+    # h100 num_gpus_8 fp8_cs: Megatron FSDP, CP 1, MBS 1; num_gpus_64: TP 4, PP 8, VP 5; num_gpus_1024: TP 8, PP 8,
+    # CP 2, VP 8, GBS 512
+    ("Llama 3 8B FP8 FSDP (8 H100)", _LLAMA3_8B, 8, 128, 1, {}, "h100-80gb", 14079.0, {"fsdp": True}, {}),
+    ("Llama 3 70B FP8 TP4 PP8 (64 H100)", LLAMA31_70B, 64, 128, 1, {"tp": 4, "pp": 8, "vp": 5}, "h100-80gb", 1619.0,
+     {}, {}),
+    ("Llama 3.1 405B FP8 TP8 PP8 CP2 (1024 H100)", LLAMA3_405B, 1024, 512, 1, {"tp": 8, "pp": 8, "cp": 2, "vp": 8},
+     "h100-80gb", 302.0, {"layout": _405B_LAYOUT}, {}),
 )  # fmt: skip
 
 # The Qwen3 rows (sequence 4096): configs/qwen/qwen3_workload_base_configs.py `QWEN3_30B_A3B_PRETRAIN_CONFIG_<GPU>_
@@ -270,6 +321,10 @@ SKIPPED: tuple[tuple[str, str], ...] = (
     ),
     ("26.02 / 26.02.01 Kimi K2 (GB300)", "not transcribed (session 28)"),
     (
+        "25.09 DeepSeek-V3, Qwen3 30B-A3B / 235B-A22B (token-dropping and dropless rows)",
+        "not transcribed (session 28)",
+    ),
+    (
         "26.02.01 Llama 3 70B MXFP8 PP4 MBS2 (64 GB300)",
         "the table's PP 4 without VP at MBS 2 is not v0.3.1's preset (PP 4, VP 5, MBS 1); at those sizes with the "
         "preset's other flags (no recompute, no offloading) ppb's first stage peaks at 375,625 MiB of the GB300's "
@@ -297,6 +352,17 @@ def nemo_release_rows() -> list[dict[str, Any]]:
         raw = _llama_run(label, spec, gpus, gbs, mbs, parallel, device, mx_gathers_apart=True, **options)
         raw["training"].update(training)
         rows.append(_release_row(release, label, raw, gpus, gbs, tps, notes))
+    for label, spec, gpus, gbs, mbs, parallel, device, tps, options, training in _ROWS_2509:
+        graphs = options.get("graphs", False)
+        options = {key: value for key, value in options.items() if key != "graphs"}
+        raw = _llama_run(label, spec, gpus, gbs, mbs, parallel, device, **options)
+        raw["training"].update(training)
+        # v0.1.0rc3: no gathers with the optimizer step, gradient accumulation fusion on under FSDP too
+        raw["timing"]["overlap_param_gather_with_optimizer_step"] = False
+        raw["timing"].pop("gradient_accumulation_fusion", None)
+        if graphs:
+            raw["timing"]["cuda_graph_impl"] = "local"
+        rows.append(_release_row("25.09", label, raw, gpus, gbs, tps, ()))
     for release, label, spec, gpus, gbs, mbs, parallel, device, tps, a2a, layout, timing in _QWEN3_ROWS:
         recipe = "mxfp8" if "MXFP8" in label else "tensorwise"
         raw = _qwen3_run(

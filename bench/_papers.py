@@ -5,16 +5,19 @@ Sources:
   SC '21), Table 1, also the image images/cases_april2021.png of NVIDIA/Megatron-LM's README at 50a4b5fa02
   (2021-04-08, "Release fixes"): GPT models of 1.7B-1T on Selene (DGX A100 80GB, 8 HDR InfiniBand adapters a
   node), vocabulary 51,200, sequence 2048, batch and model-parallel size per row, achieved TFLOP/s per GPU by
-  the paper's eq. 3, 96·B·s·l·h²·(1 + s/(6h) + V/(16·l·h)) (activation recomputation counted). The heads per
-  row are in the January 2021 image (images/cases_jan2021.png at 152aab304d), the same models.
-  The code of that commit sets what the table does not: megatron/arguments.py defaults `--DDP-impl local`
-  (the gradients all-reduced after the last micro-batch, not overlapped) and no distributed optimizer (2021);
-  its examples/pretrain_gpt3_175B.sh runs `--fp16 --checkpoint-activations --micro-batch-size 1` (every
-  layer recomputed, `--checkpoint-num-layers` 1 by default), GPT: learned positions, tied embeddings,
-  LayerNorm, GeLU MLP of 4h, biases, dropout 0.1, its own modules (no TransformerEngine then) and its fused
-  scale-mask-softmax (no flash attention then).
-  Priced: the four rows of one pipeline stage (model-parallel size 1, 2, 4, 8 is their TP). Not priced: the
-  six pipelined rows (`NARAYANAN_SKIPPED`).
+  the paper's eq. 3, 96·B·s·l·h²·(1 + s/(6h) + V/(16·l·h)) (activation recomputation counted).
+  The run settings: the paper's own scripts, examples/sc21/run_table_1.sh and CONFIG.sh at de7dc40f88
+  (2021-08-10, "scripts for sc21"; README: "scripts that were used to produce the results"), per row TP, PP,
+  micro-batch, global batch, heads, `--DDP-impl` (torch for the one-stage rows, local for the pipelined) and
+  `--num-layers-per-virtual-pipeline-stage` (76B 5, 145B 5, 310B 3, 530B 1: 3, 2, 2 and 3 model chunks a
+  stage; 39B and 1T plain 1F1B), every row `--checkpoint-activations --fp16 --loss-scale 8192`, its nodes of 8
+  the table's GPUs. The code of that commit sets the rest: megatron/arguments.py `--checkpoint-num-layers` 1
+  (every layer recomputed), no `--accumulate-allreduce-grads-in-fp32` (the fp16 gradients reduced themselves),
+  the scatter/gather of pipeline sends on by default (`--no-scatter-gather-tensors-in-pipeline` turns it off),
+  schedules.py: PyTorch DDP's `no_sync` on every micro-batch but the last, the interleaved schedule's sends and
+  receives one blocking call a step (`send_forward_backward_recv_forward_backward`). GPT: learned positions,
+  tied embeddings, LayerNorm, GeLU MLP of 4h, biases, dropout 0.1, Megatron's own modules and fused
+  scale-mask-softmax (no TransformerEngine or flash attention then); the container nvcr.io pytorch:20.12 (SRUN.sh).
 - Smith et al. 2022 ("Using DeepSpeed and Megatron to Train Megatron-Turing NLG 530B", arXiv 2201.11990,
   §2.4): MT-NLG 530B (105 layers, h 20480, 128 heads, sequence 2048) with global batch 1920 on 280, 350
   and 420 DGX A100 at TP 8 and PP 35: "the iteration time of 60.1, 50.2, and 44.4 seconds" (126, 121 and
@@ -28,30 +31,32 @@ from typing import Any
 
 NARAYANAN = "Narayanan et al. 2021, Table 1 (Megatron-LM README images/cases_april2021.png at 50a4b5fa02)"
 MTNLG = "Smith et al. 2022 (MT-NLG 530B), §2.4"
-PAPERS = (NARAYANAN, MTNLG)
 
 # Megatron-LM's 2021/2022 GEMMs on A100: CUTLASS 2.2's measured 235.1 TFLOP/s (3456×4096×8192) through our
 # GEMM model (tests/test_timing_korthikanti.py), the Ampere-era ceiling the Korthikanti rows take; the
 # catalog's 0.869 is 2025's MAMF
 AMPERE_2022_GEMM_CEILING = 0.781
 
-# (name, hidden, heads, layers, model-parallel size, GPUs, batch, TFLOP/s per GPU): the April 2021 image's rows
+# (name, hidden, heads, layers, TP, PP, micro-batch, batch, DDP, layers a virtual stage (0: none), nodes of 8,
+# TFLOP/s per GPU): run_table_1.sh's cases at de7dc40f88 and the April 2021 image's figures
 _ROWS = (
-    ("1.7B", 2304, 24, 24, 1, 32, 512, 137),
-    ("3.6B", 3072, 32, 30, 2, 64, 512, 138),
-    ("7.5B", 4096, 32, 36, 4, 128, 512, 142),
-    ("18B", 6144, 48, 40, 8, 256, 1024, 135),
+    ("1.7B", 2304, 24, 24, 1, 1, 16, 512, "torch", 0, 4, 137),
+    ("3.6B", 3072, 32, 30, 2, 1, 16, 512, "torch", 0, 8, 138),
+    ("7.5B", 4096, 32, 36, 4, 1, 16, 512, "torch", 0, 16, 142),
+    ("18B", 6144, 48, 40, 8, 1, 8, 1024, "torch", 0, 32, 135),
+    ("39B", 8192, 64, 48, 8, 2, 4, 1536, "local", 0, 64, 138),
+    ("76B", 10240, 80, 60, 8, 4, 2, 1792, "local", 5, 128, 140),
+    ("145B", 12288, 96, 80, 8, 8, 2, 2304, "local", 5, 192, 148),
+    ("310B", 16384, 128, 96, 8, 16, 1, 2160, "local", 3, 240, 155),
+    ("530B", 20480, 128, 105, 8, 35, 1, 2520, "local", 1, 315, 163),
+    ("1T", 25600, 160, 128, 8, 64, 1, 3072, "local", 0, 384, 163),
 )
 
 NARAYANAN_SKIPPED = (
     (
-        "Narayanan Table 1 39B, 76B, 145B, 310B, 530B, 1T (model-parallel 16-512: TP 8 and PP 2-64)",
-        "pipelined with the interleaved schedule (§5.1), its model chunks a stage not stated (Megatron-LM at "
-        "50a4b5fa02 takes any `--num-layers-per-virtual-pipeline-stage` dividing a stage's layers)",
-    ),
-    (
         "Narayanan's January 2021 image (cases_jan2021.png at 152aab304d): 3.6B-1T at 3-10% less",
-        "the same models and GPUs on the code of January 2021; the April table supersedes it",
+        "the same models and GPUs on the code of January 2021, whose run scripts are not published; the April "
+        "table (the paper's) supersedes it",
     ),
 )
 
@@ -85,39 +90,51 @@ def _gpt2021(h: int, heads: int, layers: int) -> dict[str, Any]:
 
 def _narayanan_rows() -> list[dict[str, Any]]:
     rows = []
-    for name, h, heads, layers, tp, gpus, batch, tflops in _ROWS:
-        dp = gpus // tp
+    for name, h, heads, layers, tp, pp, mbs, batch, ddp, per_chunk, nodes, tflops in _ROWS:
+        gpus = 8 * nodes
+        dp = gpus // (tp * pp)
+        chunks = layers // pp // per_chunk if per_chunk else 1
+        schedule = {"schedule": "interleaved", "vpp": chunks} if chunks > 1 else {}
+        timing: dict[str, Any] = {
+            "transformer_impl": "local",
+            # --DDP-impl torch: PyTorch DDP's bucketed all-reduce behind the last micro-batch's backward (no_sync
+            # before it); local: LocalDDP's all-reduce after the backward, nothing to hide it
+            "overlap": {"dp": 1.0 if ddp == "torch" else 0.0},
+        }
+        if pp > 1:
+            timing["pipe_partitioned"] = True  # the scatter/gather of pipeline sends, on by default
+        if chunks > 1:
+            timing["overlap_p2p_comm"] = False  # the interleaved schedule's blocking calls, one a step
         raw = {
             "name": f"narayanan-{name}",
             "framework": "megatron",
             "models": [{"name": "gpt", "spec": _gpt2021(h, heads, layers)}],
-            "parallel": {"dp": dp, "tp": tp, "pp": 1, "zero": 0},
+            "parallel": {"dp": dp, "tp": tp, "pp": pp, "zero": 0, **schedule},
             "training": {
                 "seq_length": 2048,
-                "micro_batch_size": 1,
-                "micro_batches": batch // dp,
+                "micro_batch_size": mbs,
+                "micro_batches": batch // (dp * mbs),
                 "dtype": "fp16",
-                # without --accumulate-allreduce-grads-in-fp32 (off by default, unset in the example), LocalDDP
-                # (megatron/model/distributed.py at 50a4b5fa02, `allreduce_gradients`) all-reduces the fp16
-                # `param.grad`s themselves, coalesced: 2-byte gradients
+                # without --accumulate-allreduce-grads-in-fp32 both DDPs reduce the fp16 `param.grad`s themselves
+                # (megatron/model/distributed.py `allreduce_gradients`; torch DDP on the fp16 module): 2 bytes
                 "grad_bytes": 2,
                 "flash_attention": False,
                 "recompute": "full",
             },
             "device": {"name": "a100-80gb", "matmul_efficiency": AMPERE_2022_GEMM_CEILING},
-            # --DDP-impl local: the all-reduce after the backward of the last micro-batch, nothing to hide it
-            "timing": {"transformer_impl": "local", "overlap": {"dp": 0.0}},
+            "timing": timing,
         }
+        layout = f"TP{tp}" + (f" PP{pp}" if pp > 1 else "") + f" DP{dp}"
         rows.append(
             {
-                "name": f"Narayanan GPT {name} ({gpus} A100, TP{tp} DP{dp})",
+                "name": f"Narayanan GPT {name} ({gpus} A100, {layout})",
                 "source": NARAYANAN,
                 "raw": raw,
                 "published": f"{tflops} TFLOP/s per GPU",
                 "seconds": eq3_flops(h, layers, 2048, 51200, batch) / (gpus * tflops * 1e12),
                 "assumptions": (
-                    "micro-batch size 1 (examples/pretrain_gpt3_175B.sh at 50a4b5fa02; Table 1 does not state it)",
-                    "model-parallel size as TP, one stage",
+                    "the settings of examples/sc21/run_table_1.sh (de7dc40f88), the paper's own scripts",
+                    f"interleaved, {chunks} model chunks a stage" if chunks > 1 else "no virtual stages",
                     "Ampere-era GEMM ceiling (CUTLASS 2.2's measured rate)",
                 ),
             }

@@ -294,6 +294,9 @@ def _megatron_moe_layout_rows() -> list[MeasuredPeak]:
 # torchtitan 9dec370 (the December 2024 file's runs) compiles the blocks, not the loss: train.py leaves
 # `torch.compile(loss_fn)` commented out ("compiling loss function causes CUDA errors").
 COMPILED_9DEC370: dict[str, Any] = {"torch_compile": True, "compile_loss": False}
+# The December 2024 runs' torch, a nightly of 2.6 (torch 1963fc8): FSDP2 kept the root gathered after its
+# forward (`releases.CHANGES["fsdp2_root_reshards"]`, from PyTorch 2.8)
+TORCH_DEC2024: dict[str, Any] = {"pytorch": "2.6"}
 
 
 def _torchtitan_rows() -> list[MeasuredPeak]:
@@ -302,6 +305,7 @@ def _torchtitan_rows() -> list[MeasuredPeak]:
     for gpus, by_technique in ((8, (82.4, 77.0, 76.8)), (128, (67.0, 62.0, 61.8))):
         for technique, reserved in zip(("", " compiled", " compiled Float8"), by_technique, strict=True):
             raw = torchtitan_llama31_8b(gpus, TITAN_H100_96GB)
+            raw["framework_release"] = dict(TORCH_DEC2024)
             if technique:
                 raw["timing"] |= COMPILED_9DEC370
             if "Float8" in technique:
@@ -346,6 +350,7 @@ def _torchtitan_scale_rows() -> list[MeasuredPeak]:
             {
                 **torchtitan_run(name, spec, par, seq, batch // micro_batches, micro_batches, "full", TITAN_H100_96GB),
                 "timing": {**COMPILED_9DEC370, "fsdp_units": "root"},  # 9dec370 predates 83e694105's split units
+                "framework_release": dict(TORCH_DEC2024),
             },
             stage=None,
             measured_gib=gib,
@@ -380,6 +385,9 @@ def _torchtitan_h200_rows() -> list[MeasuredPeak]:
                     "fp8_fsdp_all_gather": True,
                     "fp8_precompute_scale": True,
                 },
+                # the file's torch, 2.8.0a0+5228986c39 (NGC 25.05, built 2025-05-29), predates pytorch#154704
+                # and #155319 (June 2025): its FSDP2 root rule is 2.7's
+                "framework_release": {"pytorch": "2.7"},
             },
             stage=0,
             measured_gib=gib,
@@ -387,13 +395,70 @@ def _torchtitan_h200_rows() -> list[MeasuredPeak]:
             assumptions=(
                 "FSDP's float8 all-gather: the blocks' linears gathered at a byte; Float8Linear's saved inputs "
                 "stay BF16 (force_recompute_fp8_weight_in_bwd's recast not modelled)",
-                "e7c0cae's root unit (embedding, norm, output) resharded after the forward as torch 2.13 does with "
-                "torchtitan's stated reshard_after_forward (the torch of June 2025 may have kept the root gathered)",
+                "e7c0cae's root unit (embedding, norm, output) kept gathered after the forward: the file's torch "
+                "2.8.0a0 of 2025-05-29 predates pytorch#154704/#155319, priced as PyTorch 2.7",
                 "the reserved peak taken for the file's figure",
             ),
         )
         for nodes, gib in ((4, 47.96), (8, 46.97))
     ]
+
+
+# pytorch/ao's float8 training README: torchtitan's Llama 3.1 8B on 8 GPUs, FSDP over all of them, local batch
+# 1 of 8192, per-op SAC (llama3_8b.toml), compiled (`--training.compile`), 100 steps. "Peak Memory (GB)" is
+# benchmarks/float8/training/parse_torchtitan_logs.py's largest `memory: X GiB` of the log: train.py's
+# `max_reserved_gib`, GiB despite the header.
+TORCHAO_H100 = "pytorch/ao 8c81863ba torchao/float8/README.md (torch 2.7.0a0+gitb98af95, torchtitan of 2025-03-12)"
+TORCHAO_B200 = (
+    "pytorch/ao d8bb51f63 torchao/prototype/mx_formats/README.md (torch 2.9.0.dev20250815, torchtitan 6fc499f6)"
+)
+# the README's tensorwise flags (8c81863ba float8_training_benchmark.sh; d8bb51f63 llama3.sh without the last)
+TENSORWISE_GATHERED: dict[str, Any] = {
+    "matmul_dtype": "fp8",
+    "fp8_recipe": "tensorwise",
+    "fp8_fsdp_all_gather": True,
+    "fp8_precompute_scale": True,
+}
+
+
+def _torchao_rows() -> list[MeasuredPeak]:
+    """The H100 table (torchtitan of March 2025: 9dec370's root units and eager loss, fused AdamW from
+    6e4988550, PyTorch 2.7 keeping the root gathered) and the B200 table (6fc499f6: split units from
+    83e694105, the loss compiled with the blocks from bbb1b616e, cuDNN attention on B200 from 3b85aa31f,
+    nn.RMSNorm from 3b39d7ab0). The rowwise rows are left out: ppb has no rowwise-scaled recipe."""
+    op = {"mode": "selective", "option": "op"}
+    rows = []
+    cases = (
+        ("H100", {"name": "h100-80gb", "reserved_mb": 0}, TORCHAO_H100, "2.7",
+         {"torch_compile": True, "compile_loss": False},
+         (("bf16", {}, 47.65), ("tensorwise", TENSORWISE_GATHERED, 47.77))),
+        ("B200", {"name": "b200", "reserved_mb": 0}, TORCHAO_B200, "2.9",
+         {"torch_compile": True, "fsdp_units": "split", "norm_type": "nn_rmsnorm", "sdpa_backend": "cudnn"},
+         (("bf16", {}, 33.71), ("tensorwise", TENSORWISE_GATHERED, 33.38))),
+    )  # fmt: skip
+    for gpu, device, source, torch, timing, measured in cases:
+        for label, recipe, gib in measured:
+            raw = torchtitan_run(
+                f"torchao-llama3-8b-{gpu.lower()}-{label}", LLAMA31_8B, {"dp": 8}, 8192, 1, 1, op, device
+            )
+            raw["timing"] |= timing | recipe
+            raw["framework_release"] = {"pytorch": torch}
+            rows.append(
+                MeasuredPeak(
+                    f"torchao Llama 3.1 8B FSDP8 {gpu} {label} (reserved)",
+                    source,
+                    raw,
+                    stage=0,
+                    measured_gib=gib,
+                    allocated=False,
+                    assumptions=(
+                        "Llama 3.1 8B's shapes for the README's Llama3-8b (the same layers; llama3_8b.toml)",
+                        "the largest `memory:` of 100 steps, train.py's max_reserved_gib",
+                        *(("FSDP's Float8 all-gather and scale precompute on (the README's flags)",) if recipe else ()),
+                    ),
+                )
+            )
+    return rows
 
 
 def measured_peaks() -> list[MeasuredPeak]:
@@ -406,6 +471,7 @@ def measured_peaks() -> list[MeasuredPeak]:
         *_torchtitan_rows(),
         *_torchtitan_scale_rows(),
         *_torchtitan_h200_rows(),
+        *_torchao_rows(),
     ]
 
 
@@ -425,6 +491,34 @@ def predicted_gib(row: MeasuredPeak) -> tuple[float, str]:
     if counted is not None:
         return counted / GIB, "allocated"
     return peak.peak_bytes / GIB, peak.moment
+
+
+def stream_pools_gib(row: MeasuredPeak) -> float | None:
+    """For a reserved FSDP2 row, what FSDP2 allocates on its own CUDA streams beyond what ppb's allocated peak
+    counts, in GiB (None for other rows). The caching allocator reuses a freed block only for the stream that
+    allocated it, so these pools stay reserved beside the compute stream's: the sharded gradients
+    (torch 2.13 _fsdp_collectives.py `foreach_reduce` allocates the reduce-scatter output under the
+    reduce-scatter stream; freed by the next zero_grad, their blocks stay that stream's), where the peak's
+    moment runs without them, and one all-gather output of the largest unit (`foreach_all_gather` allocates it
+    under the copy-in stream; FSDP2 frees a unit's once copied out, before it prefetches the next). Were ppb's
+    allocated peak exact and the pools apart, the reserved peak would be at least their sum; the B200 rows of
+    torchao's README fall under it (3-4%): either the pools share blocks there or ppb over-counts that run."""
+    run = config(row)
+    if row.allocated or run.framework != "torchtitan" or not run.parallel.fsdp:
+        return None
+    memory, layer_walk = MemoryModel(run), walk(run)
+    peaks = run_stage_peaks(run, memory, layer_walk)
+    peak = max(peaks, key=lambda p: p.peak_bytes) if row.stage is None else peaks[row.stage]
+    held = [layer for layer in layer_walk if layer.stage == peak.stage]
+    statics = [memory.static_breakdown(layer) for layer in held]
+    gradients = sum(s.gradient_bytes for s in statics if s.gradients_from_backward)
+    if peak.moment in ("optimizer", "reduction"):
+        gradients = 0.0
+    gathered = [memory.parameters(layer).gathered_bytes(memory.setup.dtype_bytes) for layer in held]
+    if run.timing.fsdp_units == "root" and run.parallel.pp == 1:  # the embedding, final norm and output: one unit
+        ends = [g for layer, g in zip(held, gathered, strict=True) if layer.node in ("HEAD", "TAIL")]
+        gathered = [g for layer, g in zip(held, gathered, strict=True) if layer.node == "BODY"] + [sum(ends)]
+    return (gradients + max(gathered)) / GIB
 
 
 def predicted_after_step_gib(row: MeasuredPeak) -> float:
@@ -496,6 +590,18 @@ def main() -> int:
         print(f"{row.name:44s} {stage:>5} {row.measured_gib:9.2f} {predicted:7.2f} {error:+7.1%}  {moment}{mark}")
         print(f"    {row.source}; {', '.join(row.assumptions)}")
     print(f"largest absolute error over {len(errors)} allocated peaks: {max(errors):.1%}")
+    print()
+    print("reserved rows: ppb's allocated peak + FSDP2's stream pools (the sharded gradients on the reduce-scatter")
+    print("stream where the peak runs without them, one all-gather output of the largest unit on the copy-in")
+    print("stream: `stream_pools_gib`); what is left would be the pools' fragmentation (not scored):")
+    for row in measured_peaks():
+        pools = stream_pools_gib(row)
+        if pools is None:
+            continue
+        floor = predicted_gib(row)[0] + pools
+        print(
+            f"{row.name:44s} {row.measured_gib:9.2f} {floor:7.2f} {floor / row.measured_gib - 1:+7.1%}  (+{pools:.2f})"
+        )
     print()
     print("after the step (mem-allocated-bytes, torch.cuda.memory_allocated() after the optimizer step) against")
     print("ppb's optimizer moment of the same stage:")

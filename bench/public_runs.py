@@ -53,8 +53,8 @@ Sources:
   21d102f5e, recipes v0.4.2): Llama 3 70B / 3.1 405B, Qwen3 30B-A3B / 235B-A22B and DeepSeek-V3 on H100, B200
   and GB200 where ppb prices the preset (no NVFP4, CPU offloading, Mamba, Muon), a group of its own; its DGX-GB300
   and DGX-B300 rows, and 25.11's DGX-GB300 ones (the catalog's gb300 and b300), another (`nemo_ultra_rows`).
-  The archived 26.02, 26.02.01 and 26.06 tables (docs/performance-summary-archive.md at 067f987df) with each
-  container's recipes (v0.3.0, v0.3.1, v0.5.0) and releases: bench/_nemo_releases.py, a group of their own.
+  The archived 25.09, 26.02, 26.02.01 and 26.06 tables (docs/performance-summary-archive.md at 067f987df) with each
+  container's recipes (v0.1.0rc3, v0.3.0, v0.3.1, v0.5.0) and releases: bench/_nemo_releases.py, a group of their own.
 - NeMo's 24.07 performance summary (NeMo 1: NVIDIA/NeMo docs/source/performance/performance_summary.md at
   8e3d65dcfe): FP8 pre-training of GPT-3 5B/20B/175B, Llama 2 7B/13B/70B and Llama 3 8B/70B on DGX H100, with the
   24.07 launcher's settings (NeMo-Framework-Launcher tag 24.07): bench/_nemo_2407.py, a group of its own.
@@ -72,6 +72,9 @@ Sources:
 - MindFormers' model cards at v1.4.0-beta2 (a4dfb8219): every training tokens/s/p on Atlas 800T A2 or
   Atlas 900 A2 PoDc (Ascend 910B) whose yaml at that commit states a setting ppb can price; the rows
   left out and why are in bench/_mindformers.py. A group of their own.
+- Narayanan et al. 2021 Table 1 (GPT 1.7B-1T on A100, the settings of its examples/sc21 scripts) and MT-NLG
+  530B's iteration seconds (bench/_papers.py); MindFormers v1.3.0's Qwen cards (bench/_mindformers.py
+  `V130_ROWS`). Groups of their own (session 28).
 
 Prints each row's published and predicted seconds and the error, then the mean absolute error of
 each group of rows and of all; then the H100-vs-A100 pairs of identical configs; with --classes, for
@@ -94,7 +97,15 @@ sys.path.insert(0, str(ROOT / "bench"))  # also when a test loads this file by i
 
 from _bigscience import BLOOM, bloom_row  # noqa: E402
 from _measure import machine  # noqa: E402
-from _mindformers import CARDS, MINDFORMERS, mindformers_card_rows, mindformers_rows  # noqa: E402
+from _mindformers import (  # noqa: E402
+    CARDS,
+    CARDS_V130,
+    MINDFORMERS,
+    SKIPPED_V130,
+    mindformers_card_rows,
+    mindformers_rows,
+    mindformers_v130_rows,
+)
 from _nemo import (  # noqa: E402
     NEMO,
     NEMO_2511_GPT_OSS,
@@ -111,7 +122,7 @@ from _nemo import (  # noqa: E402
 from _nemo2 import NEMO2, SKIPPED_NEMO2, nemo2_rows  # noqa: E402
 from _nemo_2407 import NEMO_2407, SKIPPED_2407, nemo_2407_rows  # noqa: E402
 from _nemo_releases import ARCHIVE, SKIPPED, nemo_release_rows  # noqa: E402
-from _papers import NARAYANAN_SKIPPED, PAPERS, paper_rows  # noqa: E402
+from _papers import MTNLG, NARAYANAN, NARAYANAN_SKIPPED, paper_rows  # noqa: E402
 from _public import (  # noqa: E402
     LLAMA3_405B,
     MEGATRON_TESTS,
@@ -133,7 +144,7 @@ from ppb_core.config.run import RunConfig  # noqa: E402
 from ppb_core.estimate.check import check_plan  # noqa: E402
 from ppb_core.memory.model import run_stage_peaks  # noqa: E402
 from ppb_core.payload.run import describe_run  # noqa: E402
-from ppb_core.timing.iteration import run_iteration  # noqa: E402
+from ppb_core.timing.iteration import Iteration, run_iteration  # noqa: E402
 
 MIB = 2**20
 MEGATRON_TABLE = "Megatron-LM README model table (Megatron-Core r0.8.0, H100)"
@@ -630,7 +641,7 @@ def _nemo_runs() -> list[PublicRun]:
 
 
 def _nemo_release_runs() -> list[PublicRun]:
-    """NeMo's archived 26.02, 26.02.01 and 26.06 tables (bench/_nemo_releases.py); their pipeline sends wait as
+    """NeMo's archived 25.09 to 26.06 tables (bench/_nemo_releases.py); their pipeline sends wait as
     each container's Megatron-Core does (`framework_release`)."""
     return [PublicRun(**row) for row in nemo_release_rows()]
 
@@ -670,6 +681,11 @@ def _mindformers_card_runs() -> list[PublicRun]:
     return [PublicRun(**row) for row in mindformers_card_rows()]
 
 
+def _mindformers_v130_runs() -> list[PublicRun]:
+    """MindFormers' v1.3.0 Qwen cards (bench/_mindformers.py `V130_ROWS`)."""
+    return [PublicRun(**row) for row in mindformers_v130_rows()]
+
+
 def public_runs() -> list[PublicRun]:
     return [
         *_megatron_runs(),
@@ -687,6 +703,7 @@ def public_runs() -> list[PublicRun]:
         *_mindformers_runs(),
         *_mindformers_card_runs(),
         *_paper_runs(),
+        *_mindformers_v130_runs(),
     ]
 
 
@@ -700,14 +717,19 @@ def evaluate(rows: list[PublicRun] | None = None) -> list[tuple[PublicRun, float
 
 
 def row_seconds(row: PublicRun) -> float:
+    """The row's predicted seconds (`row_iteration`)."""
+    return row_iteration(row).seconds
+
+
+def row_iteration(row: PublicRun) -> Iteration:
     """The row's predicted iteration: its run as configured, or under its MindFormers plan as `ppb check
     --plan` reads one (`balance.user_plan.from_mindformers` over every option, `estimate.check.check_plan`)."""
     run = config(row)
     if row.plan is None:
-        return run_iteration(run).seconds
+        return run_iteration(run)
     problem = run_problem(run, describe_run(run, withdrawing=False), runnable=False)
     plan = from_mindformers(problem, row.plan, row.source, run)
-    return check_plan(run, cells(plan), problem.describe()["bodies"], None).iteration_s
+    return check_plan(run, cells(plan), problem.describe()["bodies"], None).iteration
 
 
 @dataclass(frozen=True)
@@ -759,7 +781,7 @@ GROUPS = {
     "NeMo 26.04 performance-summary": lambda source: source == NEMO_2604,
     "NeMo GPT-OSS 120B (25.11, 26.04)": lambda source: source in (NEMO_2511_GPT_OSS, NEMO_2604_GPT_OSS),
     "NeMo GB300 / B300 (25.11, 26.04)": lambda source: source in (NEMO_2511_ULTRA, NEMO_2604_ULTRA),
-    "NeMo archive 26.02 / 26.02.01 / 26.06 (session 28)": lambda source: source.startswith(ARCHIVE),
+    "NeMo archive 25.09 / 26.02 / 26.02.01 / 26.06 (session 28)": lambda source: source.startswith(ARCHIVE),
     "NeMo 24.07 H100 (session 28)": lambda source: source == NEMO_2407,
     "NeMo 2 25.02 / 25.04 / 25.07 (session 28)": lambda source: source.startswith(NEMO2),
     "other torchtitan benchmark": lambda source: source.startswith(TITAN_SOURCES),
@@ -767,7 +789,9 @@ GROUPS = {
     "BLOOM": lambda source: source.startswith(BLOOM),
     "MindFormers": lambda source: source.startswith(MINDFORMERS),
     "MindFormers model-card": lambda source: source.startswith(CARDS),
-    "2021 A100 papers: Narayanan Table 1, MT-NLG (session 28)": lambda source: source in PAPERS,
+    "Narayanan 2021 Table 1, SC21 scripts (session 28)": lambda source: source == NARAYANAN,
+    "MT-NLG 530B, micro-batch unstated (session 28)": lambda source: source == MTNLG,
+    "MindFormers v1.3.0 Qwen cards (session 28)": lambda source: source.startswith(CARDS_V130),
 }
 
 
@@ -923,7 +947,7 @@ def main() -> int:
         print(f"not priced: NeMo {label}: {reason}")
     for label, reason in (*SKIPPED, *SKIPPED_2407, *SKIPPED_NEMO2):  # bench/_nemo_releases.py, bench/_nemo_2407.py
         print(f"not priced: NeMo {label}: {reason}")
-    for label, reason in NARAYANAN_SKIPPED:  # bench/_papers.py
+    for label, reason in (*NARAYANAN_SKIPPED, *SKIPPED_V130):  # bench/_papers.py, bench/_mindformers.py
         print(f"not priced: {label}: {reason}")
     print(
         "mbs 2: the Megatron rows with micro-batches of 2 sequences (the table does not state the size; "

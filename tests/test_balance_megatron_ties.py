@@ -77,3 +77,15 @@ def test_what_is_printed_first_is_the_alternative_whole() -> None:
     report = megatron_headline(said)
     assert report[0] == ("Megatron-LM", f"`{said['flags']}`")
     assert report[2] == ("the plan's own layout, NOT runnable alone (no recompute)", f"`{said['layout_only']}`")
+
+
+def test_the_report_calls_a_note_beside_the_plans_own_flags_advice_not_a_refusal() -> None:
+    """configs/llama3-8b.yaml's report said "Megatron-LM cannot say the plan: the plan recomputes nothing:
+    drop every --recompute-* flag the launch has" under the plan's own runnable flags. The note is advice
+    there; "cannot say" stays where the flags are another plan's (the alternative) or absent."""
+    flags = "--pipeline-model-parallel-layout 'Et*8|t*9|t*9|t*6L'"
+    advice = "the plan recomputes nothing: drop every --recompute-* flag the launch has"
+    own = {"layout": "Et*8|t*9|t*9|t*6L", "flags": flags, "flags_of": "plan", "note": advice}
+    assert megatron_headline(own) == [("Megatron-LM", f"`{flags}`"), ("with these flags", advice)]
+    unsaid = {"layout": "Et*8|t*9|t*9|t*6L", "flags": None, "layout_only": flags, "note": "COMM"}
+    assert megatron_headline(unsaid)[-1] == ("Megatron-LM cannot say the plan", "COMM")

@@ -165,6 +165,14 @@ def test_a_last_stage_holding_only_the_loss_is_charged_the_loss(
             "--recompute-num-layers",
             "must be positive, got 0",
         ),
+        # arguments.py validate_args: --recompute-activations sets selective after parsing, whatever the granularity
+        # flag says, then asserts selective has no method (before, priced as full recompute, HFU 40.8%)
+        (
+            "--pipeline-model-parallel-layout 'Et*8|t*8|t*8|t*8L' --recompute-activations --recompute-granularity "
+            "full --recompute-method uniform --recompute-num-layers 1",
+            "--recompute-granularity",
+            "selective (or --recompute-activations, which sets it) takes no --recompute-method",
+        ),
         pytest.param(
             "--pipeline-model-parallel-layout 'Et*" + "9" * 5000 + "L'",
             "--pipeline-model-parallel-layout",

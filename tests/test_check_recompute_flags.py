@@ -69,7 +69,11 @@ def test_no_recompute_flag_prices_no_recompute_whatever_the_run_config(
         ("--recompute-granularity selective --recompute-method uniform", "--recompute-granularity", "method"),
         # transformer_config.py TransformerConfig.__post_init__: recompute_num_layers must be None
         # with selective granularity
-        ("--recompute-granularity selective --recompute-num-layers 2", "--recompute-granularity", "num_layers"),
+        (
+            "--recompute-granularity selective --recompute-num-layers 2",
+            "--recompute-granularity",
+            "--recompute-num-layers",
+        ),
         # __post_init__: "Invalid choices for recompute_modules"
         ("--recompute-granularity selective --recompute-modules attention", "--recompute-modules", "core_attn"),
         # __post_init__: "mla_up_proj in recompute_modules is only supported with multi_latent_attention"

@@ -166,6 +166,7 @@ def test_te_only_variants_and_head_splits_are_refused():
     with pytest.raises(InputError) as err:  # 2·cp = 8 load-balanced chunks
         _run({"cp": 4, "dp": 2, "cp_variant": "all_gather"}, s=1028)
     assert err.value.field == "training.seq_length"
+    assert "1028 is not divisible by 2·cp = 8" in str(err.value)  # 1028 = 8·128 + 4; the value said (session 28)
 
 
 LAUNCH = (

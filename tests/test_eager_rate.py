@@ -4,6 +4,8 @@ y_value_50, the median of triton.testing.do_bench in ms), and how ppb prices an 
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from ppb_core.config.devices import (
@@ -12,7 +14,7 @@ from ppb_core.config.devices import (
     EAGER_MEMORY_EFFICIENCY_H100,
 )
 from ppb_core.timing.flops import softmax_row_rereads
-from ppb_core.timing.kernels import EAGER_TRAFFIC, Kernels
+from ppb_core.timing.kernels import EAGER_TRAFFIC, STRIDED_EAGER_SHARE, Kernels
 
 # Bytes an element, op by op (aten ops under autograd's formulas; reads + writes of the full tensors):
 # - Llama RMSNorm of benchmark_rms_norm.py at b5672a15 (x bf16, weight an fp32 nn.Parameter, so the output
@@ -109,6 +111,47 @@ def test_a_device_without_a_measurement_prices_eager_ops_at_memory_efficiency():
     device = DEVICE_CATALOG["b200"]
     kernels = Kernels.from_device(device, framework="torchtitan")
     assert kernels.elementwise_s(1e9, None) == pytest.approx(1e9 / (7672e9 * 0.8))
+
+
+# Megatron's SwiGLU without its fusion, `F.silu(y_1) * y_2` over `torch.chunk(y, 2, -1)` of a bf16 [2048, 4, 2F]
+# tensor (benchmark_megatron_swiglu.py at 2120862b, provider "torch", H100 80GB HBM3, Liger 0.8.1, rows 2367-2371
+# forward and 2391-2395 backward at ead96b6): (F, forward ms, backward ms), the "backward" rows timing the
+# forward, the output's sum and the backward together.
+STRIDED_SWIGLU_H100 = [
+    (2048, 0.10529599711298943, 0.317984014749527),
+    (4096, 0.19763199985027313, 0.6032639741897583),
+    (8192, 0.38304001092910767, 1.1695040464401245),
+    (16384, 0.7503359913825989, 2.2973440885543823),
+    (32768, 1.4952960014343262, 4.572864055633545),
+]
+
+
+def test_eager_kernels_over_chunk_halves_reach_the_measured_share():
+    # a half is 2048 · 4 · F · 2 bytes; forward 5 halves (silu: read 1, write 1; the product: read 2, write 1);
+    # backward 12 (the sum reads 1; the product's gradients read a saved half and write, twice: 4; silu_backward
+    # 3; the chunk's gradient cat 4), its ms the row's less the forward's. At F 32768: 5 · 536.9 MB = 2.684 GB
+    # in 1.495 ms = 1.795 TB/s, 0.536 of 3.35; 12 · 536.9 MB = 6.442 GB in 3.078 ms = 2.093 TB/s, 0.625.
+    half = [2048 * 4 * f * 2 for f, _, _ in STRIDED_SWIGLU_H100]
+    forward = [5 * h / (ms * 1e-3) / H100_BYTES_PER_S for h, (_, ms, _) in zip(half, STRIDED_SWIGLU_H100, strict=True)]
+    backward = [
+        12 * h / ((full - ms) * 1e-3) / H100_BYTES_PER_S
+        for h, (_, ms, full) in zip(half, STRIDED_SWIGLU_H100, strict=True)
+    ]
+    assert forward[-1] == pytest.approx(0.5359, abs=1e-4) and backward[-1] == pytest.approx(0.6249, abs=1e-4)
+    # 0.476 0.507 0.523 0.534 0.536, mean 0.515; 0.565 0.593 0.611 0.622 0.625, mean 0.603
+    means = (sum(forward) / 5, sum(backward) / 5)
+    assert means == pytest.approx(STRIDED_EAGER_SHARE, abs=5e-4)
+
+
+@pytest.mark.parametrize("framework", ["megatron", "torchtitan"])
+def test_a_strided_op_runs_at_the_strided_share_on_any_device(framework):
+    # B200 (7,672 GB/s): 1 GB at 0.515 forward, 0.603 backward of the peak, fused or eager framework alike
+    kernels = Kernels.from_device(DEVICE_CATALOG["b200"], framework=framework)
+    assert kernels.elementwise_s(1e9, None, strided=True) == pytest.approx(1e9 / (7672e9 * 0.515))
+    assert kernels.elementwise_s(1e9, None, backward=True, strided=True) == pytest.approx(1e9 / (7672e9 * 0.603))
+    # never faster than the device's own element-wise share (a device whose memory_efficiency is lower)
+    slow = Kernels.from_device(dataclasses.replace(DEVICE_CATALOG["b200"], memory_efficiency=0.5), framework="megatron")
+    assert slow.elementwise_s(1e9, None, strided=True) == pytest.approx(1e9 / (7672e9 * 0.5))
 
 
 # torch.nn.CrossEntropyLoss on fp32 logits, 8 x 2048 = 16,384 rows (benchmark_cross_entropy.py at b5672a15,

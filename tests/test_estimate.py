@@ -247,10 +247,11 @@ def test_cli_rows_without_stages(capsys):
     assert data["stages"] == []
 
 
-def _llama_at(tmp_path: Path, **parallel) -> Path:
+def _llama_at(tmp_path: Path, framework: str = "megatron", **parallel) -> Path:
     """configs/llama3-8b.yaml (32 layers) with *parallel* over its own, written beside its config.json."""
     raw = yaml.safe_load(Path("configs/llama3-8b.yaml").read_text())
     raw["models"][0]["config"] = str(Path("configs/hf/llama3-8b.json").resolve())
+    raw["framework"] = framework
     raw["parallel"].update(parallel)
     path = tmp_path / "run.yaml"
     path.write_text(yaml.safe_dump(raw))
@@ -268,11 +269,16 @@ def _llama_at(tmp_path: Path, **parallel) -> Path:
         # 32 / 4 = 8 a rank, 8 % 3 != 0: transformer_block.py get_num_layers_to_build asserts a rank's share
         # divisible by vp_size. 32 = 12·2 + 8: the 8 extras to the non-end cells in model order (cells 1..8)
         ({"vpp": 3, "schedule": "interleaved"}, "32 layers do not split evenly over pp 4 × 3 virtual stages"),
+        # MindFormers fd4deebc mindformers/models/utils.py LayerSetting._check_inputs: the offsets must sum to
+        # 32 % 3 = 2, so its default offset 0 is refused; the split 11, 11, 10 is offset [1, 1, 0] over 10 each
+        ({"pp": 3, "world_size": 48, "framework": "mindformers"}, "32 layers do not split evenly over pp 3: "
+         "MindFormers refuses offset 0 (LayerSetting: the offsets sum to the remainder, 2); state the split you "
+         "launch, e.g. layout: 'Et*11|t*11|t*10L' (offset [1, 1, 0])"),
     ],
 )  # fmt: skip
-def test_a_megatron_run_megatron_would_refuse_is_refused_with_the_layout_to_state(tmp_path, capsys, parallel, said):
-    """Until session 28 `ppb estimate` priced an uneven Megatron run without a layout on its own split,
-    which Megatron-LM never runs: now one line naming the file and parallel.pp, nothing on stdout, exit 2."""
+def test_a_run_its_framework_would_refuse_is_refused_with_the_split_to_state(tmp_path, capsys, parallel, said):
+    """Until session 28 `ppb estimate` priced an uneven Megatron or MindFormers run without a layout on its
+    own split, which neither runs: now one line naming the file and parallel.pp, nothing on stdout, exit 2."""
     path = _llama_at(tmp_path, **parallel)
     assert main(["estimate", str(path), "--json"]) == 2
     captured = capsys.readouterr()

@@ -125,7 +125,7 @@ def test_yaml_s_unquoted_date_is_the_same_release():
         ({"megatron_core": "core_v0.13.0"}, "torchtitan", "framework_release.megatron_core", "framework is torchtitan"),
         ({"pytorch": "2025-01-29"}, "megatron", "framework_release.pytorch", "its version"),
         ({"pytorch": "3.1"}, "megatron", "framework_release.pytorch", "no PyTorch release"),
-        ({"pytorch": "2.5"}, "torchtitan", "framework_release.pytorch", "framework is torchtitan"),
+        ({"pytorch": "2.5"}, "mindformers", "framework_release.pytorch", "framework is mindformers"),
     ],
 )
 def test_an_unknown_or_misplaced_release_is_refused_in_one_line(release, framework, field, said):

@@ -687,12 +687,19 @@ def test_torchtitan_fsdp_static_memory():
     run = _titan(parallel={"dp": 2})
     static = model(run).static_breakdown(body(run))
     assert (static.parameter_bytes, static.gradient_bytes, static.optimizer_bytes) == (20544 * 4, 20544 * 4, 20544 * 8)
+    # train.py train_step zero_grads (set to None) before the forward; FSDP2's foreach_reduce forms the
+    # sharded gradients in the backward: the forward holds 4 + 8 bytes a parameter, the step 4 + 4 + 8
+    assert static.total == 20544 * 12 and static.step_bytes == 20544 * 16
+    # gradient accumulation without PP: the later micro-batches' forwards run beside the first's gradients
+    accumulated = _titan(parallel={"dp": 2}, training={"micro_batches": 2})
+    static = model(accumulated).static_breakdown(body(accumulated))
     assert static.total == 20544 * 16 and static.step_bytes == static.total
     # under PP the stage also holds the gathered bf16 parameters and fp32 gradient accumulators
-    # (stage.py backward_maybe_with_nosync, apply_fsdp reshard_after_forward = not pp_enabled): 41088 · 6
+    # (stage.py backward_maybe_with_nosync, apply_fsdp reshard_after_forward = not pp_enabled): 41088 · 6;
+    # perform_reduce_grad forms the sharded gradients after the last micro-batch: 12 bytes, not 16, in flight
     piped = _titan(parallel={"dp": 2, "pp": 2}, training={"micro_batches": 4})
     static = model(piped).static_breakdown(body(piped))
-    assert static.total == 20544 * 16 + 41088 * 6
+    assert static.total == 20544 * 12 + 41088 * 6
     assert static.step_bytes == 20544 * 16
     # replicate (zero 0): 41088 · 16 on every rank
     assert model(_titan(parallel={"dp": 2, "zero": 0})).static_breakdown(body(run)).total == 41088 * 16
@@ -1064,16 +1071,18 @@ def test_torchtitan_reduction_under_pp_unit_by_unit():
     # torch 2.13 pipelining/stage.py perform_reduce_grad → _fsdp_param_group.py post_backward per unit in
     # named_modules() pre-order (the forward order): unit i resharded (−bc·P_i), its fp32 reduce-scatter
     # input allocated (+4·P_i, _fsdp_collectives.py foreach_reduce) while its accumulator is still held;
-    # units before it already freed (bc + 4)·P_j each. DENSE, pp 2, dp 2 (FSDP), bc = 2:
-    # stage 0 = HEAD 65536, BODY 41088, BODY 41088:
-    #   i = 1: 6·(65536 + 2·41088) + 2·65536 = 886272 + 131072 = 1017344
-    #   i = 2: 6·(2·41088) + 2·41088 = 575232;  i = 3: 6·41088 + 2·41088 = 328704  → 1017344
-    # stage 1 = BODY 41088, BODY 41088, TAIL 65600 (norm 64 + output 65536):
-    #   i = 1: 6·(2·41088 + 65600) + 2·41088 = 886656 + 82176 = 968832
-    #   i = 3: 6·65600 + 2·65600 = 524800  → 968832
+    # units before it already freed (bc + 4)·P_j each; the step's static memory holds every unit's sharded
+    # fp32 gradients (dp 2: 4·P/2), of which units after i have none yet (their reduce-scatters not run).
+    # DENSE, pp 2, dp 2 (FSDP), bc = 2:
+    # stage 0 = HEAD 65536, BODY 41088, BODY 41088 (sharded gradients 131072, 82176, 82176):
+    #   i = 1: 6·(65536 + 2·41088) + 2·65536 − 2·82176 = 886272 + 131072 − 164352 = 852992
+    #   i = 2: 6·(2·41088) + 2·41088 − 82176 = 493056;  i = 3: 6·41088 + 2·41088 = 328704  → 852992
+    # stage 1 = BODY 41088, BODY 41088, TAIL 65600 (norm 64 + output 65536; sharded 82176, 82176, 131200):
+    #   i = 1: 6·(2·41088 + 65600) + 2·41088 − 82176 − 131200 = 886656 + 82176 − 213376 = 755456
+    #   i = 2: 6·(41088 + 65600) + 2·41088 − 131200 = 591104;  i = 3: 6·65600 + 2·65600 = 524800  → 755456
     run = _titan(parallel={"dp": 2, "pp": 2}, training={"micro_batches": 4})
     peaks = stage_peaks(model(run), walk(run), [[2, 1]], 80 * 2**30)
-    assert [p.reduction_bytes for p in peaks] == [1017344, 968832]
+    assert [p.reduction_bytes for p in peaks] == [852992, 755456]
     for peak in peaks:
         step = peak.step_static_bytes
         assert peak.moments["reduction"] == step + peak.reduction_bytes
@@ -1083,7 +1092,7 @@ def test_torchtitan_reduction_under_pp_unit_by_unit():
     # the estimate names the moment in --json; without PP the reduce-scatters are in the backward
     data = estimate(run).to_json()["stages"]
     assert [s["moments"]["reduction"] for s in data] == [p.moments["reduction"] for p in peaks]
-    assert [s["reduction_bytes"] for s in data] == [1017344, 968832]
+    assert [s["reduction_bytes"] for s in data] == [852992, 755456]
     # and back from the stage table (a nullable column: <NA> where there is no such moment)
     assert stages_from_frame(stages_to_frame(estimate(run))) == tuple(estimate(run).stages)
     flat = _titan(parallel={"dp": 2})
@@ -1092,18 +1101,19 @@ def test_torchtitan_reduction_under_pp_unit_by_unit():
 
 
 def test_the_reduction_sets_the_peak_where_it_holds_the_most():
-    # A stage with nothing kept beyond its static memory: the reduction's 1017344 bytes above the
+    # A stage with nothing kept beyond its static memory: the reduction's 852992 bytes above the
     # step's static memory exceed what the backward adds (here forced to 0), so it names the moment.
     run = _titan(parallel={"dp": 2, "pp": 2}, training={"micro_batches": 4})
     first = stage_peaks(model(run), walk(run), [[2, 1]], 80 * 2**30)[0]
     idle = dataclasses.replace(first, activation_bytes=0.0, buffer_bytes=0.0, working_bytes=0.0)
-    # backward = static (the held 886272 included) + 0; reduction = step + 1017344, and
-    # step = static − 886272 + 32768 (stage 0's 4 gradient receive buffers, test above)
+    # backward = static (the held 886272 included) + 0; reduction = step + 852992, and
+    # step = static − 886272 + 32768 (stage 0's 4 gradient receive buffers, test above) + 295424 (the
+    # sharded fp32 gradients perform_reduce_grad forms: the embedding's 32768 and two blocks' 2·20544 a rank, ·4)
     assert idle.moments["backward"] == first.static_bytes
-    assert idle.moments["reduction"] == first.static_bytes - 886272 + 32768 + 1017344
+    assert idle.moments["reduction"] == first.static_bytes - 886272 + 32768 + 295424 + 852992
     assert idle.moment == "reduction"
     assert idle.terms() == {
-        "static": idle.step_static_bytes + 1017344,
+        "static": idle.step_static_bytes + 852992,
         "activations": 0.0,
         "buffers": 0.0,
         "working": 0.0,

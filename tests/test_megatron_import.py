@@ -248,6 +248,20 @@ def test_recompute_is_said_in_megatrons_words() -> None:
     assert ignored.notes == ["--recompute-method: Megatron-LM ignores it here (no recompute it applies to)"]
 
 
+def test_recompute_activations_sets_selective_wherever_the_granularity_stands() -> None:
+    """Megatron-LM d98e8a64 arguments.py `validate_args` sets `recompute_granularity = 'selective'` after
+    parsing when --recompute-activations is given, whatever --recompute-granularity says; then asserts
+    "recompute method is not yet supported for selective recomputing granularity". ppb read the flags in
+    order: --recompute-granularity full after --recompute-activations was priced as full recompute."""
+    after = import_megatron(f"{BASE} --recompute-activations --recompute-granularity full", 8, "h100-80gb")
+    assert after.raw["training"]["recompute"] == {"granularity": "selective", "modules": ["core_attn"]}
+    full = "--recompute-granularity full --recompute-method uniform --recompute-num-layers 1"
+    with pytest.raises(InputError) as caught:
+        import_megatron(f"{BASE} --recompute-activations {full}", 8, "h100-80gb")
+    assert caught.value.field == "--recompute-granularity"
+    assert "selective (or --recompute-activations, which sets it) takes no --recompute-method" in str(caught.value)
+
+
 def test_loss_scaling_fusion_and_fp8_recipe_flags_are_carried() -> None:
     # Megatron-LM d98e8a64: --no-bias-gelu-fusion sets bias_gelu_fusion False (arguments.py, store_false);
     # --calculate-per-token-loss and --ddp-average-in-collective are TransformerConfig / DDPConfig booleans;

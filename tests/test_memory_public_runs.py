@@ -51,3 +51,33 @@ def test_no_torchtitan_row_is_priced_above_its_reserved_bound(bench):
     for row in bench.measured_peaks():
         if not row.allocated:
             assert bench.predicted_gib(row)[0] <= row.measured_gib, row.name
+
+
+def test_torchao_s_rows_are_the_readme_s_tables(bench):
+    # pytorch/ao 8c81863ba torchao/float8/README.md (8 H100: bf16 47.65, tensorwise with float8 all-gather 47.77)
+    # and d8bb51f63 torchao/prototype/mx_formats/README.md (8 B200: 33.71, 33.38; bf16 leaves matmul_dtype unset):
+    # Llama3-8b, batch 1 of 8192, FSDP2 over the 8, per-op SAC, --training.compile; the rowwise and MX rows have
+    # no ppb recipe
+    rows = [row for row in bench.measured_peaks() if row.name.startswith("torchao")]
+    found = sorted((bench.config(r).device.name, r.measured_gib, bench.config(r).timing.matmul_dtype) for r in rows)
+    assert found == [("b200", 33.38, "fp8"), ("b200", 33.71, None), ("h100-80gb", 47.65, None),
+                     ("h100-80gb", 47.77, "fp8")]  # fmt: skip
+    for row in rows:
+        run = bench.config(row)
+        assert (run.parallel.dp, run.training.seq_length, run.training.micro_batch_size) == (8, 8192, 1)
+        assert (run.training.recompute.mode, run.training.recompute.option) == ("selective", "op")
+        assert run.timing.torch_compile and not row.allocated
+        h100 = run.device.name == "h100-80gb"
+        # March 2025's torchtitan: the loss eager (bbb1b616e compiled it), 9dec370's root unit, torch 2.7.0a0
+        assert run.timing.compiled_loss is not h100 and (run.timing.fsdp_units == "root") is h100
+        assert run.framework_release.pytorch == ("2.7" if h100 else "2.9")
+
+
+def test_the_stream_pools_of_the_8_gpu_december_row(bench):
+    # Llama 3.1 8B, FSDP over 8: the sharded fp32 gradients, 8,030,261,248 / 8 · 4 = 4,015,130,624 bytes (the peak,
+    # the loss, runs without them), and the root unit's all-gather output, the embedding and output layer
+    # (2 · 128256 · 4096) and the final norm (4096) at bf16: 2,101,354,496; 6,116,485,120 bytes in all
+    row = next(r for r in bench.measured_peaks() if r.name == "torchtitan Llama 3.1 8B FSDP 8 (reserved)")
+    assert bench.predicted_gib(row)[1] == "loss"
+    assert bench.stream_pools_gib(row) == pytest.approx(6_116_485_120 / 2**30, rel=1e-12)
+    assert all(bench.stream_pools_gib(r) is None for r in bench.measured_peaks() if r.allocated)

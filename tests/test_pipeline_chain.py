@@ -140,6 +140,11 @@ def test_ppb_plan_writes_every_table_as_the_chain_computes_it(tmp_path: Path, ca
         assert f"  stage {stage}: fits, {gib:,.1f} of {device:,.1f} GiB\n" in out
     assert "  plan: " in out and " faster than the best uniform split" in out
     assert f"  report: {tmp_path / 'plan_report' / 'llama3-8b.md'}\n" in out
+    # the report's words (session 28): the balancer's charge is not called a peak, and the note under the plan's
+    # own runnable flags is advice, not "Megatron-LM cannot say the plan"
+    text = (tmp_path / "plan_report" / "llama3-8b.md").read_text()
+    assert "- **memory the balancer charged (fullest stage)**: " in text and "peak memory (balancer)" not in text
+    assert "- **with these flags**: the plan recomputes nothing" in text and "cannot say the plan" not in text
 
 
 def test_ppb_plan_on_bad_input_exits_2_and_writes_nothing(tmp_path: Path, capsys) -> None:

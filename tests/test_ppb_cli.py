@@ -201,3 +201,17 @@ def test_ctrl_c_is_one_line_and_the_shells_status(monkeypatch: pytest.MonkeyPatc
     monkeypatch.setattr(profile_cli, "run", interrupted)
     assert cli_main.main(["profile", "configs/llama3-8b.yaml"]) == 130
     assert capsys.readouterr().err == "ppb: interrupted\n"
+
+
+def test_import_mindformers_says_where_a_mindformers_yaml_goes(tmp_path, capsys):
+    """`ppb import mindformers` was argparse's "invalid choice" alone, though ppb prices MindFormers runs and
+    reads their yaml: the line says how (one line, exit 2, nothing written)."""
+    out = tmp_path / "run.yaml"
+    with pytest.raises(SystemExit) as exited:  # argparse's exit, status 2 (`arguments.OneLineParser`)
+        main(["import", "mindformers", "train.yaml", "--device", "ascend-910b", "-o", str(out)])
+    assert exited.value.code == 2
+    captured = capsys.readouterr()
+    assert captured.out == "" and not out.exists()
+    (line,) = captured.err.strip().splitlines()
+    assert "mindformers has no import: write the run config (framework: mindformers" in line
+    assert "ppb check RUN.yaml --plan YOUR.yaml" in line

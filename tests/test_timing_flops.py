@@ -16,6 +16,7 @@ from ppb_core.model.kinds import body_kind, head_kind, tail_kind
 from ppb_core.model.switches import SWITCHES, LayerType
 from ppb_core.timing.flops import OpGeometry, layer_flops, layer_ops, recompute_set
 from ppb_core.timing.launches import op_launches
+from ppb_core.timing.pricer import TimeModel
 
 
 def gpt_run(
@@ -702,9 +703,22 @@ def test_gpt_oss_experts_fc2_bias_is_megatron_s_per_expert_loop():
     assert (clamp.inputs, ops["experts_act"].inputs, clamp.switch) == (("experts_in",), ("experts_clamp",), "ffAct")
     # the offset's `torch.tensor(linear_offset, device=...)` is a blocking copy (PyTorch `memcpy_and_sync`): one sync
     assert (clamp.syncs, ops["experts_act"].syncs) == (1, 0)
+    # each of its kernels reads or writes a `chunk` half (a view, not contiguous): priced at the eager share over
+    # such halves (kernels.STRIDED_EAGER_SHARE); the fused activation after it, one compiled kernel, is not
+    assert clamp.strided and not ops["experts_act"].strided and not bias.strided
     # without a clamp value (Megatron-LM's --activation-func-clamp-value unset) `if clamp_value is not None` skips it
     unclamped = {op.name: op for op in ops_of(spec_run({**spec, "activation_clamp": 0.0}, s=4096, dp=8, ep=8))}
     assert "experts_clamp" not in unclamped and unclamped["experts_act"].inputs == ("experts_in",)
+
+
+def test_gpt_oss_clamp_is_priced_at_the_strided_eager_share():
+    # the clamp above (H100, 3,350 GB/s): 754,974,720 bytes at 0.515 of the peak forward = 0.4376 ms, 1,038,090,240
+    # at 0.603 backward = 0.5139 ms (kernels.STRIDED_EAGER_SHARE), not at the fused share 0.8 (0.2817 / 0.3873 ms)
+    run = spec_run(GPT_OSS_MOE_LAYER, s=4096, dp=8, ep=8)
+    clamp = next(op for op in ops_of(run) if op.name == "experts_clamp")
+    model = TimeModel(run)
+    assert model._phase_s(clamp, "forward") == pytest.approx(754_974_720 / (3350e9 * 0.515))
+    assert model._phase_s(clamp, "backward") == pytest.approx(1_038_090_240 / (3350e9 * 0.603))
 
 
 def test_gpt_oss_fc2_bias_under_hybridep_runs_in_fp32():

@@ -19,8 +19,8 @@ def rows(public):
 def test_archive_rows_convert_their_tables_figures(rows):
     # 26.02: 10 dense rows, 5 Qwen3 30B-A3B, 5 235B, 4 DeepSeek-V3, 5 GPT-OSS; 26.02.01: 8 dense (its GB300 70B MXFP8
     # row not priced), 4 30B (its H100 row not priced), 3 235B (its B300 row not priced), 4 DeepSeek-V3, 3 GPT-OSS
-    # (its B300 and B200 rows not priced); 26.06: 5 dense
-    assert len(rows) == 56
+    # (its B300 and B200 rows not priced); 26.06: 5 dense; 25.09: 13 dense
+    assert len(rows) == 69
     # 26.02 Llama 3 70B on 64 H100 at 1,621 tokens/s each: 256 · 8192 / (1621 · 64) = 2,097,152 / 103,744 = 20.2147
     assert rows["NeMo 26.02 Llama 3 70B FP8 TP4 PP8 GBS256 (64 H100)"].seconds == pytest.approx(20.2147, rel=1e-5)
     # 26.06 Llama 3.1 405B on 1024 H100 at 326: 1536 · 8192 / (326 · 1024) = 12,582,912 / 333,824 = 37.6932 s
@@ -92,6 +92,22 @@ def test_archive_qwen3_rows_take_their_tags_presets(public, rows):
     assert oss.timing.cuda_graph_modules == ["attn", "moe_router", "moe_preprocess"] and not oss.recompute.modules
 
 
+def test_archive_25_09_rows_take_v0_1_0rc3s_perf_matrix(public, rows):
+    # llama31_405b_llm_pretrain.yaml, gb200 num_gpus_128 fp8_cs: TP 2, Megatron FSDP, 95 layers' activations offloaded,
+    # GBS 64, MBS 1: DP 64, one micro-batch; run_script.py keeps gradient accumulation fusion on; comm_overlap.py leaves
+    # the gathers off the optimizer step. 64 · 8192 / (729 · 128) = 524,288 / 93,312 = 5.6187 s
+    row = rows["NeMo 25.09 Llama 3.1 405B FP8 FSDP TP2 (128 GB200)"]
+    assert row.seconds == pytest.approx(5.6187, rel=1e-4)
+    run = public.config(row)
+    assert (run.parallel.dp, run.parallel.tp, run.training.micro_batches) == (64, 2, 1)
+    assert run.parallel.fsdp and run.training.cpu_offloading_num_layers == 95
+    assert run.timing.gradient_accumulation_fusion and not run.timing.overlap_param_gather_with_optimizer_step
+    # the 25.09 container (Megatron-Bridge docs/releases/software-versions.md at v0.2.0): cuDNN 9.11, below 9.17
+    assert run.timing.cudnn_version == (9, 11)
+    # llama3_8b_llm_pretrain.yaml gb200: MBS 2 with cuda_graphs (MCore's enable_cuda_graph: the local graphs)
+    assert public.config(rows["NeMo 25.09 Llama 3 8B FP8 (8 GB200)"]).timing.cuda_graph_impl == "local"
+
+
 def test_archive_fsdp_rows_offload_as_their_presets(public, rows):
     # LLAMA3_70B_PRETRAIN_CONFIG_GB200_FP8_CS_V2 (v0.3.0): MBS 2, Megatron FSDP over 64, CPU offloading of 40
     # layers; GBS 256 / (2 · 64) = 2 micro-batches; GB300's offloads 20
@@ -105,8 +121,8 @@ def test_archive_fsdp_rows_offload_as_their_presets(public, rows):
 def test_archive_rows_are_a_group_of_their_own(public, rows):
     results = [(row, row.seconds) for row in rows.values()]
     found = public.groups(results)
-    assert len(found["NeMo archive 26.02 / 26.02.01 / 26.06 (session 28)"]) == 56
-    assert sum(map(len, found.values())) == 56  # no other group takes one
+    assert len(found["NeMo archive 25.09 / 26.02 / 26.02.01 / 26.06 (session 28)"]) == 69
+    assert sum(map(len, found.values())) == 69  # no other group takes one
 
 
 def test_archive_rows_fit_their_devices(public, rows):

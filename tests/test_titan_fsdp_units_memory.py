@@ -7,8 +7,11 @@ blocks 41088, TAIL 65600 (norm 64 + output 65536); bf16 gathers (bc 2), fp32 red
 
 from __future__ import annotations
 
+import pytest
 from test_memory_runs import DENSE, layers, make_run, model
 
+from ppb_core.config.run import FrameworkRelease, parse_run_config
+from ppb_core.errors import InputError
 from ppb_core.memory import stage_peaks
 from ppb_core.model.switches import LayerType
 from ppb_core.model.walk import KindSlot, walk
@@ -87,14 +90,50 @@ def test_root_units_the_stage_and_the_loss():
     assert split_peak.working_bytes == 344704  # test_frameworks' split figure
 
 
+def test_before_pytorch_2_8_the_root_stays_gathered_through_the_loss():
+    # torch ≤ 2.7 _fsdp_state.py `_lazy_init` set the root's post_forward_mesh_info = None whatever
+    # reshard_after_forward said (pytorch/pytorch#154704, #155319 made 2.8 honour a stated True): the loss
+    # runs beside the gathered embedding (2·65536) and final norm with output layer (2·65600) as well as
+    # the last block (2·41088): 8·64·1024 + 2·41088 + 262272
+    run = _titan(parallel={"dp": 2}, timing=ROOT)
+    tail, last = layers(run)["TAIL"], _slot(layers(run)["dense"])
+    for version, root_gathered in (("2.7", 2 * (65536 + 65600)), ("2.6.0a0+1963fc8", 262272), ("2.8", 0)):
+        old = run.model_copy(update={"framework_release": FrameworkRelease(pytorch=version)})
+        assert model(old).loss_bytes(tail, last) == 8 * 64 * 1024 + 2 * 41088 + root_gathered
+    # split units have no root to keep: the norm and output unit is not resharded after the forward either way
+    split = _titan(parallel={"dp": 2})
+    old_split = split.model_copy(update={"framework_release": FrameworkRelease(pytorch="2.7")})
+    assert model(old_split).loss_bytes(layers(split)["TAIL"]) == 8 * 64 * 1024 + 2 * 65600
+
+
+def test_a_torchtitan_run_reads_its_pytorch_release_only():
+    raw = {
+        "name": "r",
+        "framework": "torchtitan",
+        "models": [{"name": "m", "spec": DENSE}],
+        "training": {"seq_length": 64},
+        "device": {"name": "h100-80gb"},
+    }
+    assert parse_run_config({**raw, "framework_release": {"pytorch": "2.7"}}, "r.yaml").framework_release.pytorch
+    with pytest.raises(InputError) as caught:
+        parse_run_config({**raw, "framework_release": {"transformer_engine": "v2.4"}}, "r.yaml")
+    said = str(caught.value)
+    assert said.startswith("r.yaml: framework_release.transformer_engine: is Megatron-Core's") and "\n" not in said
+    with pytest.raises(InputError) as caught:
+        parse_run_config({**raw, "framework": "mindformers", "framework_release": {"pytorch": "2.7"}}, "r.yaml")
+    said = str(caught.value)
+    assert said.startswith("r.yaml: framework_release.pytorch: is read under frameworks megatron and torchtitan")
+
+
 def test_root_units_under_pp_reduce_the_root_first():
     # perform_reduce_grad walks all_states in pre-order: the root (this stage's norm and output, 65600)
     # first, then the blocks. Stage 1 = BODY, BODY, TAIL: held 6·(65600 + 2·41088) = 886656;
-    # root: 886656 − 2·65600 + 4·65600 = 1017856 (split, the blocks first: 968832). Stage 0's root is the
-    # embedding, first either way: 1017344 (test_frameworks)
+    # root: 886656 − 2·65600 + 4·65600, less the blocks' sharded gradients not yet formed (2·82176):
+    # 853504 (split, the blocks first: 755456). Stage 0's root is the embedding, first either way:
+    # 852992 (test_frameworks)
     run = _titan(parallel={"dp": 2, "pp": 2}, training={"micro_batches": 4}, timing=ROOT)
     peaks = stage_peaks(model(run), walk(run), [[2, 1]], 80 * 2**30)
-    assert [p.reduction_bytes for p in peaks] == [1017344, 1017856]
+    assert [p.reduction_bytes for p in peaks] == [852992, 853504]
     # under PP nothing reshards after the forward either way: the loss as split's
     assert model(run).loss_bytes(layers(run)["TAIL"]) == 10 * 64 * 1024
 

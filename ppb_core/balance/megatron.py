@@ -215,8 +215,9 @@ class MegatronFlags:
             return Setting("none")
         if self.granularity == "selective":
             if self.method is not None or self.num_layers is not None:
-                raise LayoutError(
-                    "--recompute-granularity selective takes no --recompute-method nor --recompute-num-layers"
+                raise LayoutError(  # arguments.py validate_args asserts it, TransformerConfig.__post_init__ too
+                    "--recompute-granularity selective (or --recompute-activations, which sets it) takes no "
+                    "--recompute-method nor --recompute-num-layers"
                 )
             return Setting("selective")
         if self.granularity != "full":
@@ -367,6 +368,7 @@ def parse_flags(text: str) -> MegatronFlags:
     found: dict[str, object] = {}
     stated: dict[str, int | str] = {}
     switches: set[str] = set()
+    activations = False
     index = 0
     while index < len(words):
         word = words[index]
@@ -391,7 +393,7 @@ def parse_flags(text: str) -> MegatronFlags:
                 stated[name] = " ".join(values)
             continue
         if name == "--recompute-activations":
-            found["granularity"] = "selective"  # arguments.py: --recompute-activations sets selective
+            activations = True
         elif name in SWITCH_FLAGS:
             switches.add(name)
         elif name in _VALUED or name in SIZE_FLAGS or name in TEXT_FLAGS:
@@ -412,6 +414,10 @@ def parse_flags(text: str) -> MegatronFlags:
         elif name.startswith("--"):
             _refuse_typo(name)
         index += 1
+    if activations:
+        # arguments.py `validate_args` (d98e8a64) sets selective after parsing, whatever --recompute-granularity
+        # says and wherever it stands: `... --recompute-activations --recompute-granularity full` runs selective
+        found["granularity"] = "selective"
     flag_words = sum(word.startswith("--") for word in words)
     flags = MegatronFlags(**found, stated=stated, switches=frozenset(switches), flag_words=flag_words)  # type: ignore[arg-type]
     if flags.layout is not None and (flags.first_stage_layers is not None or flags.last_stage_layers is not None):

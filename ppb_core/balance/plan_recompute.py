@@ -98,6 +98,11 @@ def run_for_plan(run: RunConfig, plan: str) -> tuple[RunConfig, dict[str, object
     if found is None:
         return run, None
     flags, where = found
+    try:  # Megatron-LM's own checks first, in its words (not the run config's they would be converted to)
+        flags.setting()
+    except LayoutError as err:  # "--recompute-num-layers must be ...": the flag it names is the field
+        flag, _, problem = str(err).partition(" ")
+        raise InputError(where, flag, problem) from None
     words = selective_words(flags) or full_words(flags, run)
     if words is None:
         return run, None

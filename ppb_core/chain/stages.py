@@ -219,7 +219,12 @@ def plan_report(run_config: pd.DataFrame, pipeline_plan: Summarized) -> Summariz
         ("balancer", f"{plan['status']}, gap {plan['gap']:.3g}" if plan.get("gap") is not None else plan["status"]),
         *iteration_headline(plan),
         ("speedup over the best uniform split", speedup_words(plan)),
-        ("peak memory (balancer)", f"{plan['peak_memory_mb']:,.0f} of {plan['input']['memory_mb']:,.0f} MB"),
+        # the balancer's charge (whole-MB terms, the run's largest working set on every stage), not a peak: the
+        # stages' peaks are the table's and the tightest stage's line (called "peak memory" until session 28)
+        (
+            "memory the balancer charged (fullest stage)",
+            f"{plan['peak_memory_mb']:,.0f} of {plan['input']['memory_mb']:,.0f} MB",
+        ),
         *((key, str(plan[key])) for key in ("offset", "recompute", "select_recompute", "select_comm_recompute")),
     ]
     headline += _mtp_headline(plan)
@@ -380,7 +385,11 @@ def megatron_headline(said: Mapping[str, Any]) -> list[tuple[str, str]]:
     if said.get("layout_only"):
         lines.append(("the plan's own layout, NOT runnable alone (no recompute)", f"`{said['layout_only']}`"))
     if said.get("note"):
-        lines.append(("Megatron-LM cannot say the plan", said["note"]))
+        # the note says why the plan is not said, or, beside the plan's own flags, what to do with them (`the plan
+        # recomputes nothing: drop every --recompute-* flag the launch has`), which the report called
+        # "Megatron-LM cannot say the plan" until session 28
+        own = said.get("flags") and said.get("flags_of") != "alternative"
+        lines.append(("with these flags" if own else "Megatron-LM cannot say the plan", said["note"]))
     return lines
 
 

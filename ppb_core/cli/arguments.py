@@ -266,9 +266,20 @@ def search(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def import_framework(value: str) -> str:
+    """The framework whose launch `ppb import` reads; for MindFormers, where ppb reads its yaml instead."""
+    if value == "mindformers":
+        raise argparse.ArgumentTypeError(
+            "mindformers has no import: write the run config (framework: mindformers, README 'Run configs') and "
+            "check your training yaml's split and recompute against it with ppb check RUN.yaml --plan YOUR.yaml"
+        )
+    return value
+
+
 def imports(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "framework",
+        type=import_framework,
         choices=("megatron", "torchtitan"),
         help="whose launch: megatron (Megatron-LM's pretrain_gpt.py) or torchtitan (a job TOML)",
     )

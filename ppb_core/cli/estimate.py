@@ -16,7 +16,7 @@ from ppb_core.estimate.inputs import load_run
 from ppb_core.estimate.run import Estimate, estimate
 from ppb_core.memory import BUFFER_RULES, MemoryModel
 from ppb_core.model.switches import OPTIONS
-from ppb_core.model.walk import megatron_refused_split
+from ppb_core.model.walk import refused_split
 from ppb_core.timing.iteration import BREAKDOWN_KEYS, run_iteration
 from ppb_core.timing.pricer import TimeModel
 from ppb_core.units import MB
@@ -26,7 +26,7 @@ def run(args: argparse.Namespace) -> int:
     if args.buffer_rule not in BUFFER_RULES:
         raise InputError(None, "--buffer-rule", f"{shown(args.buffer_rule)} is not one of {', '.join(BUFFER_RULES)}")
     config = load_run(args.run_config)
-    refused = megatron_refused_split(config)
+    refused = refused_split(config)
     if refused is not None:
         raise InputError(args.run_config, "parallel.pp", refused)
     times = None if args.no_times else TimeModel(config)

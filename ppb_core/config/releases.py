@@ -211,6 +211,16 @@ CHANGES: dict[str, Change] = {
         "Megatron-Core's `jit_fuser` (its fused cross-entropy, bias-GeLU, SwiGLU functions) is `torch.compile` "
         'from PyTorch 2.2 on (megatron/core/jit.py `is_torch_min_version("2.2.0a0")`); before, torch.jit.script',
     ),
+    "fsdp2_root_reshards": Change(
+        PYTORCH,
+        "v2.8.0",
+        "2025-08-06",
+        (2, 8),
+        "FSDP2 honours a stated `reshard_after_forward=True` on the root module (pytorch/pytorch#154704 and "
+        "#155319, June 2025: _fsdp_state.py `_lazy_init` drops the root's post-forward reshard only when "
+        "`_auto_reshard_after_forward`, fully_shard left it unset); before, `_lazy_init` set the root's "
+        "`post_forward_mesh_info = None` always: the root stayed gathered after the model's forward",
+    ),
     "inductor_autotune_host_copies": Change(
         PYTORCH,
         "v2.6.0",

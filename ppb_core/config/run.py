@@ -1882,17 +1882,27 @@ def check_fused_determinism(framework: str, timing: TimingOptions, device: Devic
         raise InputError(where, "timing.te_attention_backend", said)
 
 
+def misplaced_release(framework: str, release: FrameworkRelease) -> tuple[str, str] | None:
+    """The first release *release* states that *framework* does not read, and why (None: every one is read):
+    Megatron reads all three; torchtitan its PyTorch's (FSDP2's root rule, `releases.CHANGES`)."""
+    read = {"megatron": (MEGATRON_CORE, TRANSFORMER_ENGINE, PYTORCH), "torchtitan": (PYTORCH,)}.get(framework, ())
+    for library in (MEGATRON_CORE, TRANSFORMER_ENGINE, PYTORCH):
+        if getattr(release, library) is not None and library not in read:
+            whose = (
+                "is read under frameworks megatron and torchtitan only"
+                if library == PYTORCH
+                else ("is Megatron-Core's and Transformer Engine's")
+            )
+            return library, whose
+    return None
+
+
 def _check_run(run: RunConfig, where: str) -> None:
     par, train = run.parallel, run.training
     release = run.framework_release
-    if run.framework != "megatron" and release.stated:
-        stated = [lib for lib in (MEGATRON_CORE, TRANSFORMER_ENGINE, PYTORCH) if getattr(release, lib) is not None]
-        library = stated[0]
-        whose = (
-            "is read under framework megatron only"
-            if library == PYTORCH
-            else "is Megatron-Core's and Transformer Engine's"
-        )
+    misplaced = misplaced_release(run.framework, release)
+    if misplaced is not None:
+        library, whose = misplaced
         said = f"{whose}; this run's framework is {run.framework}"
         raise InputError(where, f"framework_release.{library}", said)
     if release.megatron_core is not None and "interleaved_send_waits" in run.timing.model_fields_set:
@@ -2039,7 +2049,8 @@ def _check_run(run: RunConfig, where: str) -> None:
         raise InputError(
             where,
             "training.seq_length",
-            f"{par.cp_variant} context parallelism splits the sequence in 2·cp = {2 * par.cp} load-balanced chunks",
+            f"{train.seq_length} is not divisible by 2·cp = {2 * par.cp}: {par.cp_variant} context parallelism "
+            "splits the sequence in 2·cp load-balanced chunks",
         )
     if par.cp > 1 and par.cp_variant in ("all_gather", "hierarchical"):
         # TransformerEngine's implementations of Megatron's --cp-comm-type all_gather and a2a+p2p (context_parallel.py

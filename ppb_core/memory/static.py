@@ -73,12 +73,16 @@ class StaticBytes:
     # held at the optimizer step only (Megatron's fp32 main-gradient copies of a 16-bit gradient buffer,
     # alive from the step to the next iteration's zero_grad)
     step_only_bytes: float = 0
+    # the gradients are formed in the backward and freed by the next step's zero_grad (set to None): not
+    # held in the forward nor at the loss, held at the optimizer step (torchtitan's FSDP2 sharded gradients)
+    gradients_from_backward: bool = False
 
     @property
     def total(self) -> float:
+        """What the layer holds statically in the forward, at the loss and as the backward starts."""
         return (
             self.parameter_bytes
-            + self.gradient_bytes
+            + (0 if self.gradients_from_backward else self.gradient_bytes)
             + self.optimizer_bytes
             + self.held_through_step_bytes
             + self.module_bytes
@@ -87,7 +91,8 @@ class StaticBytes:
     @property
     def step_bytes(self) -> float:
         """What the layer holds statically at the optimizer step."""
-        return self.total - self.held_through_step_bytes + self.idle_bytes + self.step_only_bytes
+        formed = self.gradient_bytes if self.gradients_from_backward else 0
+        return self.total - self.held_through_step_bytes + self.idle_bytes + self.step_only_bytes + formed
 
 
 def static_bytes(params: LayerParams, setup: MemorySetup) -> StaticBytes:

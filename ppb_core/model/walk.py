@@ -132,20 +132,22 @@ def uniform_split(
     return counts
 
 
-def megatron_refused_split(run: RunConfig) -> str | None:
-    """Why Megatron-LM would not start the run as its config places the layers, with the layout to state
-    instead; None where it would. Without `--pipeline-model-parallel-layout` or an uneven first or last
-    stage, Megatron-LM d98e8a64 asserts `num_layers % pipeline_model_parallel_size == 0`
+def refused_split(run: RunConfig) -> str | None:
+    """Why the run's framework would not start the run as its config places the layers, with the split to
+    state instead; None where it would. Megatron-LM d98e8a64, without `--pipeline-model-parallel-layout` or
+    an uneven first or last stage, asserts `num_layers % pipeline_model_parallel_size == 0`
     (megatron/training/arguments.py `validate_args`) and a rank's share divisible by its virtual stages
     (megatron/core/transformer/transformer_block.py `get_num_layers_to_build`); a run config has only
     `parallel.layout` for the others (an import writes `--decoder-first/last-pipeline-num-layers` and
-    `--account-for-*-in-pipeline-split` as one). Until session 28 `ppb estimate` priced such a run on
-    `uniform_split`, a split Megatron never runs. Only Megatron's own schedules over one language model:
-    DualPipeV and several sub-models have no layout in Megatron's words (`balance.outputs.not_megatrons`)."""
+    `--account-for-*-in-pipeline-split` as one). MindFormers (fd4deebc, mindformers/models/utils.py
+    `LayerSetting._check_inputs`, and parallel_core's twin) refuses offsets that do not sum to
+    `num_layers % (pp · pp_interleave_num)`, so its default offset 0 on an uneven split. Until session 28
+    `ppb estimate` priced such a run on `uniform_split`, a split neither runs. One language model on a
+    schedule of theirs only (DualPipeV and several sub-models are not said in their words)."""
     par = run.parallel
-    if run.framework != "megatron" or par.layout is not None or par.pp == 1 or len(run.models) != 1:
+    if run.framework not in ("megatron", "mindformers") or par.layout is not None or par.pp == 1:
         return None
-    if par.schedule == "dualpipev" or run.is_vision(run.model_names[0]):
+    if len(run.models) != 1 or par.schedule == "dualpipev" or run.is_vision(run.model_names[0]):
         return None
     layers = run.total_body_layers
     if not (layers % par.pp or (layers // par.pp) % par.vpp):
@@ -155,9 +157,19 @@ def megatron_refused_split(run: RunConfig) -> str | None:
     stages[0] = "E" + stages[0]
     stages[-1] += "m" * run.spec(run.model_names[0]).mtp_layers + "L"
     share = f"pp {par.pp}" + (f" × {par.vpp} virtual stages" if par.vpp > 1 else "")
+    layout = f"layout: '{format_layout(stages)}'"
+    if run.framework == "megatron":
+        return (
+            f"{layers} layers do not split evenly over {share}: Megatron-LM refuses it without a layout "
+            f"(arguments.py validate_args); state the one you launch, e.g. {layout}"
+        )
+    average = layers // (par.pp * par.vpp)
+    offsets = [[count - average for count in row] for row in counts]
+    offset = offsets[0] if par.vpp == 1 else offsets
     return (
-        f"{layers} layers do not split evenly over {share}: Megatron-LM refuses it without a layout "
-        f"(arguments.py validate_args); state the one you launch, e.g. layout: '{format_layout(stages)}'"
+        f"{layers} layers do not split evenly over {share}: MindFormers refuses offset 0 (LayerSetting: the "
+        f"offsets sum to the remainder, {layers % (par.pp * par.vpp)}); state the split you launch, e.g. {layout} "
+        f"(offset {offset})"
     )
 
 

@@ -35,6 +35,7 @@ from ppb_core.config.run import (
     check_fused_determinism,
     check_mesh,
     check_timing_words,
+    misplaced_release,
     named_by,
     pydantic_error,
 )
@@ -359,14 +360,9 @@ def parse_search_spec(raw: Any, source: str | Path = "<search spec>", base_dir: 
             raise InputError(
                 where, f"limits.recompute.{index}", f"{words}'s words; this search's framework is {spec.framework}"
             )
-    if spec.framework != "megatron" and spec.framework_release.stated:
-        release = spec.framework_release
-        library = next(lib for lib in ("megatron_core", "transformer_engine", "pytorch") if getattr(release, lib))
-        whose = (
-            "is read under framework megatron only"
-            if library == "pytorch"
-            else "is Megatron-Core's and Transformer Engine's"
-        )
+    misplaced = misplaced_release(spec.framework, spec.framework_release)
+    if misplaced is not None:
+        library, whose = misplaced
         said = f"{whose}; this search's framework is {spec.framework}"
         raise InputError(where, f"framework_release.{library}", said)
     flash = spec.training.get("flash_attention", True)  # every strategy's, refused once:

@@ -153,6 +153,10 @@ class Op:
     # What the bytes count: one fused kernel. A framework running this op as several eager kernels
     # moves more (`ppb_core.timing.kernels.EAGER_TRAFFIC`): "norm", "activation" or "rope".
     fusion: str | None = None
+    # PyTorch eager element-wise kernels over `torch.chunk` halves of a row (views that are not contiguous),
+    # at the HBM share such kernels measure (`ppb_core.timing.kernels.STRIDED_EAGER_SHARE`), not at a fused
+    # kernel's: GPT-OSS's clamp (`_glu_clamp`).
+    strided: bool = False
     # A matmul's memory-bound passes outside its GEMM kernel, (forward, backward) HBM bytes: a bias
     # added after the product, its gradient reduced from the output gradient (`_bias_passes`).
     side_bytes: tuple[float, float] = (0.0, 0.0)
@@ -1749,7 +1753,9 @@ def _glu_clamp(name: str, block: str, geo: OpGeometry, rows: float, width: int, 
     the gate's `where(x <= max, grad, 0)` (a comparison writing a bool mask, a zero scalar made on the device,
     the `where`), the linear half's `where((x >= min).logical_and_(x <= max), grad, 0)` (two comparisons, the
     and, the scalar, the `where`); the cat's backward is slices: 7 passes of bc and 8 of a byte an element, 8
-    launches. Rerun with the activation under `moe_act` recompute (`ffAct`).
+    launches. Rerun with the activation under `moe_act` recompute (`ffAct`). Every one of these kernels reads or
+    writes a half of the row through a `chunk` view, not contiguous: at the share of HBM PyTorch's eager
+    kernels reach over such halves (`strided`, `kernels.STRIDED_EAGER_SHARE`).
 
     The offset's copy synchronizes the host with the GPU (`syncs`), forward and rerun: `torch.tensor(data,
     device=...)` builds the scalar in pageable host memory and moves it with a blocking `.to(device)`
@@ -1760,7 +1766,7 @@ def _glu_clamp(name: str, block: str, geo: OpGeometry, rows: float, width: int, 
     an idle GPU (`host.dispatcher_wait_s`)."""
     elements, bc = rows * width, geo.dtype_bytes
     op = _elementwise(name, block, 8 * elements * bc, elements * (7 * bc + 8), switch="ffAct", inputs=inputs)
-    return dataclasses.replace(op, launches=(4.0, 8.0), syncs=1)
+    return dataclasses.replace(op, launches=(4.0, 8.0), syncs=1, strided=True)
 
 
 def _clamped_activation(ops: list[Op], moe: Moe, geo: OpGeometry, rows: float, p: str) -> list[Op]:

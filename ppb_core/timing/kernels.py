@@ -96,6 +96,19 @@ EAGER_TRAFFIC: dict[str, tuple[float, float]] = {
     "activation": (10 / 6, 18 / 10),
     "rope": (20 / 4, 20 / 4),
 }
+# The share of HBM's peak PyTorch's eager element-wise kernels reach over `torch.chunk` halves of a row, views
+# that are not contiguous (`Op.strided`), (forward, backward): linkedin/Liger-Kernel benchmark/data/
+# all_benchmark_data.csv at ead96b6 (benchmark_megatron_swiglu.py at 2120862b, Liger 0.8.1, H100 80GB HBM3,
+# 2026-07-26), provider "torch": `F.silu(y_1) * y_2` over `torch.chunk(y, 2, -1)` of a bf16 [2048, 4, 2F]
+# tensor, Megatron's SwiGLU without its fusion; the median ms at F 2048-32768 (the input 64 MiB and more, past
+# the L2 cache). Forward 5 halves of bytes (silu reads one half and writes, the product reads two and
+# writes): 0.476-0.536 of 3.35 TB/s, mean 0.515. Backward (its "backward" rows run the forward too, less the
+# "forward" rows): the output's `sum` reads a half, the product's two gradients read a saved half each and
+# write (the sum's gradient an expanded scalar, no bytes), `silu_backward` reads two and writes, the chunk's
+# gradient cat reads two and writes two: 12 halves, 0.565-0.625, mean 0.603. The same shapes' fused Triton
+# kernel (provider "liger") reads and writes them at 0.91 forward: the halves' views, not the ops, cost it.
+# Measured on H100 only: taken on every device (an assumption), never above its `memory_efficiency`.
+STRIDED_EAGER_SHARE = (0.515, 0.603)
 
 
 @dataclass(frozen=True)
@@ -257,10 +270,14 @@ class Kernels:
         fraction = score_fraction(backward, keys, self.memory_efficiency, head_dim)
         return traffic / (self.score_peak_bytes_per_s * fraction)
 
-    def elementwise_s(self, traffic: float, fusion: str | None, backward: bool = False) -> float:
+    def elementwise_s(self, traffic: float, fusion: str | None, backward: bool = False, strided: bool = False) -> float:
         """A memory-bound op's seconds; eager frameworks move `EAGER_TRAFFIC` times its fused bytes,
         at the rate eager kernels reach (`eager_hbm_bytes_per_s`), every eager op alike (residual adds,
-        gradient sums, loss), bar torchtitan's fused norms (`fused_norm`)."""
+        gradient sums, loss), bar torchtitan's fused norms (`fused_norm`). Eager kernels over a row's
+        `chunk` halves (*strided*, `Op.strided`) at `STRIDED_EAGER_SHARE` of HBM's peak, whatever the framework."""
+        if strided:
+            share = min(STRIDED_EAGER_SHARE[backward], self.memory_efficiency)
+            return traffic / (self.hbm_bytes_per_s / self.memory_efficiency * share)
         triton_norm = fusion == "norm" and self.fused_norm
         if self.fused or triton_norm:
             return self.memory_s(traffic)

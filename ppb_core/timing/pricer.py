@@ -602,7 +602,7 @@ class TimeModel:
         if op.score_keys:  # an unfused attention core's pass over its scores
             seconds = kernels.score_memory_s(traffic, op.score_keys, phase != "forward", op.score_head_dim)
         else:
-            seconds = kernels.elementwise_s(traffic, op.fusion, backward=phase != "forward")
+            seconds = kernels.elementwise_s(traffic, op.fusion, backward=phase != "forward", strided=op.strided)
         return seconds if phase in ("forward", "backward") else seconds / 2
 
     def _quantize_s(self, traffic: float, kernels: Kernels) -> float:

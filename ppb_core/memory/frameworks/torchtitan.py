@@ -41,15 +41,29 @@ Each rule names the file and function it follows; docs/frameworks.md tabulates t
   the final norm and the output layer. A stated `reshard_after_forward` is kept for the root (torch
   2.13 _fully_shard.py: `auto_reshard_after_forward = reshard_after_forward is None`; _fsdp_state.py
   `_lazy_init` drops the root's post-forward reshard only when auto), so without PP: the root is
-  gathered through the model's forward and resharded when it returns, the loss runs next to the
-  last block's gathered weights (not the output layer's); the logits' pre-backward hook gathers the
-  root again, and it stays gathered with the output layer's and final norm's bf16 gradients to the
-  final callback (`_root_post_backward_final_callback` runs its `post_backward`: the root's forward
-  input, the token ids, needs no gradient), beside every block's working set; no block prefetches
-  the embedding and none waits on the output layer's reduce-scatter; the embedding's backward forms
-  its gradients next to the first block's fp32 reduce-scatter input, then the root reshards and
-  fills its own fp32 input (`(bc + 4)·(P_emb + P_out)`). Under PP the units stay gathered either way;
-  `perform_reduce_grad` reduces the root (the stage's embedding or norm and output) first.
+  gathered through the model's forward and resharded when it returns, the loss runs next to the last
+  block's gathered weights (not the output layer's). Before PyTorch 2.8 (`framework_release.
+  pytorch`; pytorch/pytorch#154704, #155319) `_lazy_init` kept every root gathered after its
+  forward: the loss also runs next to the gathered embedding, final norm and output layer. The
+  logits' pre-backward hook gathers the root again, and it stays gathered with the output layer's
+  and final norm's bf16 gradients to the final callback (`_root_post_backward_final_callback` runs
+  its `post_backward`: the root's forward input, the token ids, needs no gradient), beside every
+  block's working set; no block prefetches the embedding and none waits on the output layer's
+  reduce-scatter; the embedding's backward forms its gradients next to the first block's fp32
+  reduce-scatter input, then the root reshards and fills its own fp32 input (`(bc + 4)·(P_emb +
+  P_out)`). Under PP the units stay gathered either way; `perform_reduce_grad` reduces the root (the
+  stage's embedding or norm and output) first.
+* **The sharded gradients exist from the backward to the next step** (torchtitan/train.py `train_step`
+  calls `optimizers.zero_grad()` before the forward, at 9dec370 and v0.2.2; torch.optim's `zero_grad`
+  sets `.grad` to None; FSDP2's `foreach_reduce` (_fsdp_collectives.py) allocates each unit's sharded
+  gradients, the reduce-scatter output, in the backward): with one micro-batch, or under PP (where
+  `perform_reduce_grad` forms them after the last micro-batch), the forward and the loss run without
+  them; the optimizer step holds them. In the backward, the gradients formed belong to units whose
+  activations are freed: at the i-th unit from the end, the stage holds the first units' activations
+  and the last units' gradients, linear in i over like blocks, so the largest is at an end: as the
+  backward starts (no gradient: the `backward` moment) or as it ends (every gradient, no activation:
+  the `optimizer` moment's static memory). With gradient accumulation without PP (`micro_batches` > 1)
+  the first micro-batch's backward forms them and the later forwards run beside them.
 * **FSDP2 under pipeline parallelism**: `apply_fsdp` does not reshard after the forward when PP
   is on, and torch/distributed/pipelining/stage.py `backward_maybe_with_nosync` runs every
   micro-batch's backward with `set_requires_gradient_sync(False)` and
@@ -63,8 +77,9 @@ Each rule names the file and function it follows; docs/frameworks.md tabulates t
   (_fsdp_collectives.py) allocates the fp32 reduce-scatter input and copies the accumulators into
   it before freeing them; the previous unit's input is released first
   (`reduce_scatter_max_input_buffers` = 1), the sharded output is the gradient static memory
-  counts. At unit i, with P the units' parameters in order and g the reduce dtype's bytes:
-  `Σ_{j≥i} (bc + g)·P_j − bc·P_i + g·P_i` beyond the step's static memory, the largest over i.
+  counts at the step. At unit i, with P the units' parameters in order, g the reduce dtype's bytes
+  and S_j unit j's sharded gradients (not yet formed for j > i): `Σ_{j≥i} (bc + g)·P_j − bc·P_i +
+  g·P_i − Σ_{j>i} S_j` beyond the step's static memory, the largest over i.
   Without PP the reduce-scatters run inside the backward, unit by unit (`parameter_working_bytes`).
 * **The loss** (torchtitan/components/loss.py `cross_entropy_loss`:
   `F.cross_entropy(pred.flatten(0, 1).float(), ...)`): the fp32 log-probabilities are kept (the
@@ -409,6 +424,7 @@ class TorchtitanRules(FrameworkRules):
         if sharded and setup.pp > 1:
             unsharded = params.gathered_bytes(setup.dtype_bytes) + params.total * setup.grad_bytes
         return StaticBytes(
+            gradients_from_backward=sharded and (setup.pp > 1 or setup.micro_batches == 1),
             parameters=elements,
             gradients=elements,
             optimizer_states=elements,
@@ -490,9 +506,12 @@ class TorchtitanRules(FrameworkRules):
             units = [sum(rooted, LayerParams()), *blocks] if rooted else blocks
         bc, reduce = setup.dtype_bytes, setup.grad_bytes
         held = sum((bc + reduce) * unit.total for unit in units)  # gathered + accumulators of units not yet reduced
+        # the step's static memory holds every unit's sharded gradients; a unit's reduce-scatter forms its own
+        unformed = sum(self.static(unit, setup).gradient_bytes for unit in units)
         found = 0.0
         for unit in units:
-            found = max(found, held - bc * unit.total + reduce * unit.total)
+            unformed -= self.static(unit, setup).gradient_bytes
+            found = max(found, held - bc * unit.total + reduce * unit.total - unformed)
             held -= (bc + reduce) * unit.total
         return found
 
@@ -512,7 +531,10 @@ class TorchtitanRules(FrameworkRules):
             return extra
         root = _root_units(setup)
         if root is not None:  # the root resharded after the model's forward, the last block not
-            return extra + root[2].gathered_bytes(setup.dtype_bytes)
+            extra += root[2].gathered_bytes(setup.dtype_bytes)
+            if not setup.release.holds("fsdp2_root_reshards"):  # before PyTorch 2.8 the root stays gathered
+                extra += (root[0] + root[1]).gathered_bytes(setup.dtype_bytes)
+            return extra
         if fsdp(setup):
             extra += setup.dtype_bytes * params.total  # norm and output layer gathered, not resharded
         return extra

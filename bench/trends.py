@@ -1,0 +1,447 @@
+"""The public runs' signed errors by feature: which settings the misses follow, device by device.
+
+    python bench/trends.py [--table] [--within device|group|cell] [--pairs] [--where FEATURE=VALUE ...]
+        [--dump|--rows FILE]
+
+Each row of bench/public_runs.py is read back through its run config (`features`): framework, device,
+precision (BF16, or FP8 with its recipe), model size and family, dense or MoE, the parallel sizes
+(TP, PP, VP, CP, EP, DP, FSDP or ZeRO), micro-batch size, micro-batches a pipeline m and m/PP,
+sequence, recompute, the pipeline's and TP's communication overlap, CUDA graphs, GPUs and nodes, the
+group (its source, which is its release), and ppb's own split of the iteration (`share_*`: bubble,
+p2p, data-parallel and FSDP communication, optimizer, as a share of ppb's seconds). Its signed error is
+ppb's seconds over the published ones minus one (negative: ppb is fast).
+
+A feature separates the errors only apart from what the device (or the group: one source, one
+release, one framework) already explains, so each row's error is taken against the mean of its
+device's rows (`--within group`: its group's; `--within cell`: its device's in its group, the strictest): the
+residual. For every feature the residuals are
+printed by value (categories) or by tercile (numbers, with the Spearman rank correlation over the rows
+whose device holds at least `MIN_ROWS` of them); a feature whose buckets differ by more than their
+spread is one to look into with bench/decompose.py. `--table` prints every row's features and error.
+`--pairs` prints every two rows of one model on one device that differ in one or two settings, their measured
+ratio of GPU-seconds a token beside ppb's (`pairs`: a setting's effect with the rest of the row held). `--where
+moe=dense` keeps the rows of one value (repeatable); `--rows FILE` reads the rows an earlier run
+dumped (`--dump FILE`) to skip the ~2 minutes of pricing.
+Nothing here prices anything: it reads the rows and ppb's iteration as they are.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import statistics
+import sys
+from collections import defaultdict
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
+
+from public_runs import GROUPS, PublicRun, config, public_runs, row_iteration  # noqa: E402
+
+from ppb_core.config.recompute import MegatronRecompute, TorchtitanRecompute  # noqa: E402
+from ppb_core.config.run import RunConfig  # noqa: E402
+from ppb_core.timing.iteration import Iteration  # noqa: E402
+
+WITHIN = ("device", "group", "cell")  # what a residual is taken against (a cell: one device in one group)
+MIN_ROWS = 5  # a device's (or group's) rows below this many leave the rank correlations out
+CATEGORIES = 6  # a number with at most this many values is bucketed by value, else by tercile
+SHARES = ("bubble", "p2p", "dp_communication", "fsdp_communication", "optimizer")
+
+
+def group_of(source: str) -> str:
+    """The row's group in bench/public_runs.py (`GROUPS`; the published tables' rows: every other)."""
+    return next((label for label, belongs in GROUPS.items() if belongs(source)), "published tables")
+
+
+def precision(run: RunConfig) -> str:
+    """bf16 (or the run's dtype), or fp8 with its scaling recipe (timing.fp8_recipe)."""
+    if run.timing.matmul_dtype == "fp8":
+        return f"fp8-{run.timing.fp8_recipe}"
+    return run.timing.matmul_dtype or run.training.dtype
+
+
+def recompute(run: RunConfig) -> str:
+    """The configured recompute in one word: none, selective, full (or a layer count), switches."""
+    value = run.training.recompute
+    if value == "full":
+        return "full"
+    if isinstance(value, MegatronRecompute):
+        if value.granularity == "selective":
+            return "selective"
+        return "full" if value.num_layers is None else f"full-{value.method}-{value.num_layers}"
+    if isinstance(value, TorchtitanRecompute):
+        return value.mode if value.option is None else f"{value.mode}-{value.option}"
+    on = sorted(name for name, flag in value.items() if flag)
+    return "+".join(on) if on else "none"
+
+
+def sharding(run: RunConfig) -> str:
+    """How the data-parallel ranks shard: fsdp (its implementation) or zero-N."""
+    par = run.parallel
+    if par.fsdp:
+        return f"fsdp-{par.fsdp_impl or run.framework}"
+    return f"zero{par.zero}"
+
+
+def features(row: PublicRun, run: RunConfig, iteration: Iteration) -> dict[str, Any]:
+    """The row's settings that might set its error, and ppb's shares of its iteration."""
+    spec = next(iter(run.specs.values()))
+    par, training = run.parallel, run.training
+    gpus = par.dp * par.tp * par.pp * par.cp
+    m = training.micro_batches
+    found: dict[str, Any] = {
+        "group": group_of(row.source),
+        "framework": run.framework,
+        "device": run.device.name or "custom",
+        "cell": f"{run.device.name or 'custom'} / {group_of(row.source)}",
+        "precision": precision(run),
+        "family": getattr(spec, "family", "vision"),
+        "moe": "moe" if getattr(spec, "num_experts", 0) else "dense",
+        "hidden": spec.hidden_size,
+        "hidden_per_tp": spec.hidden_size // par.tp,
+        "layers": spec.num_layers,
+        "tp": par.tp,
+        "pp": par.pp,
+        "vp": par.vpp,
+        "cp": par.cp,
+        "ep": par.ep,
+        "dp": par.dp,
+        "sharding": sharding(run),
+        "mbs": training.micro_batch_size,
+        "m": m,
+        "m_per_pp": m / par.pp,
+        "seq": training.seq_length,
+        "tokens_per_gpu_mb": training.micro_batch_size * training.seq_length // (par.cp * par.tp),
+        "recompute": recompute(run),
+        "p2p_overlap": run.timing.overlap_p2p_comm if par.pp > 1 else "-",
+        "tp_overlap": run.timing.overlap.tp > 0 if par.tp > 1 else "-",
+        "cuda_graphs": run.timing.cuda_graph_impl,
+        "dispatcher": run.timing.moe_dispatcher if getattr(spec, "num_experts", 0) else "-",
+        "offload": "layers" if training.cpu_offloading_num_layers else "modules" if training.offload_modules else "-",
+        "gpus": gpus,
+        "nodes": math.ceil(gpus / par.devices_per_node),
+        "release": run.framework_release.megatron_core or "-",
+    }
+    for name in SHARES:
+        found[f"share_{name}"] = iteration.breakdown.get(name, 0.0) / iteration.seconds
+    found["share_host_wait"] = iteration.host_wait_seconds / iteration.seconds
+    found["ppb_mfu"] = iteration.mfu
+    # the busiest stage's work for one layer and micro-batch, forward and backward: short ones are where a
+    # fixed cost a kernel, a layer or a micro-batch would show
+    found["layer_mb_ms"] = 1e3 * iteration.breakdown["compute"] / (m * spec.num_layers / par.pp)
+    return found
+
+
+def collect(rows: Sequence[PublicRun] | None = None) -> list[dict[str, Any]]:
+    """Every row's name, features, published and predicted seconds and signed error."""
+    found = []
+    for row in rows or public_runs():
+        run = config(row)
+        iteration = row_iteration(row)
+        found.append(
+            {
+                "name": row.name,
+                **features(row, run, iteration),
+                "published_s": row.seconds,
+                "ppb_s": iteration.seconds,
+                "error": iteration.seconds / row.seconds - 1,
+            }
+        )
+    return found
+
+
+def residuals(rows: Sequence[dict[str, Any]], within: str) -> list[float]:
+    """Each row's error minus the mean error of the rows sharing its *within* feature (device or group)."""
+    by: dict[Any, list[float]] = defaultdict(list)
+    for row in rows:
+        by[row[within]].append(row["error"])
+    return [row["error"] - statistics.fmean(by[row[within]]) for row in rows]
+
+
+def explained(rows: Sequence[dict[str, Any]], key: str) -> float:
+    """The share of the errors' variance that the means of the rows sharing *key* account for (R² of its
+    means; 0 when the errors do not vary)."""
+    total = statistics.pvariance([row["error"] for row in rows])
+    left = statistics.fmean(r * r for r in residuals(rows, key))
+    return 1 - left / total if total else 0.0
+
+
+def ranks(values: Sequence[float]) -> list[float]:
+    """Average ranks (ties share the mean of their positions), 1-based."""
+    order = sorted(range(len(values)), key=lambda i: values[i])
+    found = [0.0] * len(values)
+    start = 0
+    while start < len(order):
+        end = start
+        while end + 1 < len(order) and values[order[end + 1]] == values[order[start]]:
+            end += 1
+        for k in range(start, end + 1):
+            found[order[k]] = (start + end) / 2 + 1
+        start = end + 1
+    return found
+
+
+def spearman(xs: Sequence[float], ys: Sequence[float]) -> float:
+    """Spearman's rank correlation: Pearson's over the average ranks (0 when either side is constant)."""
+    rx, ry = ranks(xs), ranks(ys)
+    mx, my = statistics.fmean(rx), statistics.fmean(ry)
+    sxy = sum((a - mx) * (b - my) for a, b in zip(rx, ry, strict=True))
+    sxx = sum((a - mx) ** 2 for a in rx)
+    syy = sum((b - my) ** 2 for b in ry)
+    return sxy / math.sqrt(sxx * syy) if sxx and syy else 0.0
+
+
+def numeric(values: Sequence[Any]) -> bool:
+    return all(isinstance(v, int | float) and not isinstance(v, bool) for v in values)
+
+
+def shown(value: float) -> str:
+    """A bucket's edge: whole above 100 (hidden sizes, micro-batches), else three digits."""
+    return f"{value:.0f}" if abs(value) >= 100 else f"{value:.3g}"
+
+
+def buckets(values: Sequence[Any]) -> tuple[list[str], Callable[[Any], str]]:
+    """Bucket labels in order and the labelling: a category's own value (numbers of few values too), else a
+    number's tercile (by rank)."""
+    if not numeric(values) or len(set(values)) <= CATEGORIES:
+        labels = sorted({str(v) for v in values}, key=lambda s: (len(s), s) if numeric(values) else s)
+        return labels, str
+    zeros = sum(1 for v in values if v == 0) >= len(values) / 4  # e.g. no bubble without a pipeline: apart
+    ordered = sorted(v for v in values if v != 0 or not zeros)
+    low, high = ordered[len(ordered) // 3], ordered[2 * len(ordered) // 3]
+    lo, hi = shown(low), shown(high)
+    labels = [*(["0"] if zeros else []), f"<{lo}", f"{lo}-{hi}", f">={hi}"]
+    thirds = labels[-3:]
+
+    def label(v: float) -> str:
+        if zeros and v == 0:
+            return "0"
+        return thirds[0] if v < low else thirds[1] if v < high else thirds[2]
+
+    return labels, label
+
+
+def by_feature(rows: Sequence[dict[str, Any]], name: str, residual: Sequence[float]) -> list[tuple[str, int, float]]:
+    """(bucket, rows, mean residual) of one feature, buckets in order."""
+    labels, label = buckets([row[name] for row in rows])
+    found: dict[str, list[float]] = defaultdict(list)
+    for row, r in zip(rows, residual, strict=True):
+        found[label(row[name])].append(r)
+    return [(b, len(found[b]), statistics.fmean(found[b])) for b in labels if found[b]]
+
+
+def controlled_spearman(rows: Sequence[dict[str, Any]], name: str, residual: Sequence[float], within: str) -> float:
+    """The rank correlation of a numeric feature with the residual, over the rows of devices (groups) with
+    at least MIN_ROWS rows."""
+    count: dict[Any, int] = defaultdict(int)
+    for row in rows:
+        count[row[within]] += 1
+    kept = [(row[name], r) for row, r in zip(rows, residual, strict=True) if count[row[within]] >= MIN_ROWS]
+    return spearman([k[0] for k in kept], [k[1] for k in kept]) if kept else 0.0
+
+
+def within_t(rows: Sequence[dict[str, Any]], name: str, within: str) -> float:
+    """The t statistic of a numeric feature's slope in a least-squares fit of the error on it and one constant
+    per *within* value (a fixed effect: each device's, group's or cell's own mean): by Frisch-Waugh-Lovell the
+    slope of the errors on the feature both taken against their *within* means, its variance the residuals'
+    (n − values − 1 degrees of freedom) over the feature's spread (0 when the feature does not vary within)."""
+    x = residuals([{within: row[within], "error": float(row[name])} for row in rows], within)
+    y = residuals(rows, within)
+    sxx = sum(v * v for v in x)
+    freedom = len(rows) - len({row[within] for row in rows}) - 1
+    if sxx <= 0 or freedom <= 0:
+        return 0.0
+    slope = sum(a * b for a, b in zip(x, y, strict=True)) / sxx
+    left = sum((b - slope * a) ** 2 for a, b in zip(x, y, strict=True)) / freedom
+    return slope / math.sqrt(left / sxx) if left > 0 else math.copysign(math.inf, slope)
+
+
+FEATURES = (
+    "framework",
+    "precision",
+    "family",
+    "moe",
+    "hidden",
+    "hidden_per_tp",
+    "layers",
+    "tp",
+    "pp",
+    "vp",
+    "cp",
+    "ep",
+    "dp",
+    "sharding",
+    "mbs",
+    "m",
+    "m_per_pp",
+    "seq",
+    "tokens_per_gpu_mb",
+    "recompute",
+    "p2p_overlap",
+    "tp_overlap",
+    "cuda_graphs",
+    "dispatcher",
+    "offload",
+    "gpus",
+    "nodes",
+    "release",
+    *(f"share_{name}" for name in SHARES),
+    "share_host_wait",
+    "ppb_mfu",
+    "layer_mb_ms",
+)
+TABLE = ("device", "framework", "precision", "moe", "hidden", "tp", "pp", "vp", "cp", "ep", "dp", "mbs", "m", "seq")
+
+
+def print_table(rows: Sequence[dict[str, Any]]) -> None:
+    """Every row: its features in short, ppb's bubble and DP shares and its signed error."""
+    print(f"{'run':60s} " + " ".join(f"{n[:9]:>9s}" for n in TABLE) + "    bub%    dp%   error")
+    for row in sorted(rows, key=lambda r: (r["device"], r["error"])):
+        cells = " ".join(f"{str(row[n])[:9]:>9s}" for n in TABLE)
+        print(
+            f"{row['name'][:60]:60s} {cells} {row['share_bubble']:7.1%} {row['share_dp_communication']:6.1%} "
+            f"{row['error']:+7.1%}"
+        )
+
+
+def print_trends(rows: Sequence[dict[str, Any]], within: str) -> None:
+    """For every feature, the mean residual (error against the row's device or group) by bucket."""
+    residual = residuals(rows, within)
+    errors = [row["error"] for row in rows]
+    print(
+        f"{len(rows)} rows, signed error mean {statistics.fmean(errors):+.1%}, sd {statistics.pstdev(errors):.1%}; "
+        "its variance the means account for: "
+        + ", ".join(f"{key} {explained(rows, key):.0%}" for key in ("framework", *WITHIN))
+    )
+    print(f"mean signed error by {within} (the residuals below are against these):")
+    for value, n, mean in by_feature(rows, within, [row["error"] for row in rows]):
+        print(f"  {value:40s} {n:4d} rows  {mean:+6.1%}")
+    print()
+    print(
+        f"{'feature':22s} rho     t   buckets: value (rows) mean residual against the row's {within} "
+        f"(t: the slope's in a fit with one constant per {within})"
+    )
+    for name in FEATURES:
+        values = [row[name] for row in rows]
+        if numeric(values):
+            said = f"{controlled_spearman(rows, name, residual, within):+.2f} {within_t(rows, name, within):+5.1f}"
+        else:
+            said = " " * 11
+        cells = "  ".join(f"{b} ({n}) {mean:+.1%}" for b, n, mean in by_feature(rows, name, residual))
+        print(f"{name:22s} {said}  {cells}")
+
+
+# A pair is two rows of one model (these equal) whose settings (`PAIR_SETTINGS`) differ in one or two.
+PAIR_MODEL = ("framework", "device", "family", "moe", "hidden", "layers")
+PAIR_SETTINGS = (
+    "precision",
+    "tp",
+    "pp",
+    "vp",
+    "cp",
+    "ep",
+    "dp",
+    "sharding",
+    "mbs",
+    "m",
+    "seq",
+    "recompute",
+    "p2p_overlap",
+    "tp_overlap",
+    "cuda_graphs",
+    "dispatcher",
+    "offload",
+    "release",
+)
+
+
+def gpu_seconds_a_token(row: dict[str, Any], seconds: float) -> float:
+    """GPU-seconds a token: the iteration's seconds times its GPUs over its tokens (dp · m · mbs · seq)."""
+    return seconds * row["gpus"] / (row["dp"] * row["m"] * row["mbs"] * row["seq"])
+
+
+def pairs(rows: Sequence[dict[str, Any]], most: int = 2) -> list[tuple[list[str], dict, dict, float, float]]:
+    """(settings apart, row a, row b, measured b/a, ppb's b/a) of GPU-seconds a token, for every two rows of
+    one model on one device whose settings differ in at most *most*: what one setting does, measured and
+    priced, with the rest of the row the same (a feature's effect apart from what else differs between rows)."""
+    found = []
+    for i, a in enumerate(rows):
+        for b in rows[i + 1 :]:
+            if any(a[k] != b[k] for k in PAIR_MODEL):
+                continue
+            apart = [k for k in PAIR_SETTINGS if a[k] != b[k]]
+            if not apart or len(apart) > most:
+                continue
+            measured = gpu_seconds_a_token(b, b["published_s"]) / gpu_seconds_a_token(a, a["published_s"])
+            ours = gpu_seconds_a_token(b, b["ppb_s"]) / gpu_seconds_a_token(a, a["ppb_s"])
+            found.append((apart, a, b, measured, ours))
+    return sorted(found, key=lambda p: (p[0], p[1]["device"], p[1]["name"]))
+
+
+def print_pairs(rows: Sequence[dict[str, Any]]) -> None:
+    """Each pair: the settings apart, measured and ppb's ratio of GPU-seconds a token, ppb's over measured."""
+    print(f"{'first row':52s} {'settings apart (first -> second)':52s} measured   ppb  ppb/measured")
+    for apart, a, b, measured, ours in pairs(rows):
+        said = ", ".join(f"{k} {a[k]}->{b[k]}" for k in apart)
+        print(f"{a['name'][:52]:52s} {said[:52]:52s} {measured:8.3f} {ours:6.3f} {ours / measured - 1:+8.1%}")
+    print()
+    print("pairs one setting apart, by setting: ppb's ratio over the measured one (mean, spread, range)")
+    for setting, gaps in pair_gaps(rows).items():
+        spread = statistics.pstdev(gaps)
+        print(
+            f"  {setting:14s} {len(gaps):3d} pairs  mean {statistics.fmean(gaps):+6.1%}  sd {spread:5.1%}  "
+            f"{min(gaps):+6.1%} .. {max(gaps):+6.1%}"
+        )
+
+
+def pair_gaps(rows: Sequence[dict[str, Any]]) -> dict[str, list[float]]:
+    """ppb's ratio over the measured one, minus one, of the pairs one setting apart, by that setting. The pairs
+    apart in the release alone are the floor: the same run measured again on another container."""
+    found: dict[str, list[float]] = defaultdict(list)
+    for apart, _, _, measured, ours in pairs(rows, most=1):
+        found[apart[0]].append(ours / measured - 1)
+    return dict(sorted(found.items()))
+
+
+def option(argv: list[str], name: str) -> str | None:
+    return argv[argv.index(name) + 1] if name in argv else None
+
+
+def kept(rows: list[dict[str, Any]], argv: list[str]) -> list[dict[str, Any]]:
+    """The rows every `--where FEATURE=VALUE` keeps (the value as the table prints it)."""
+    for k, word in enumerate(argv):
+        if word == "--where":
+            name, _, value = argv[k + 1].partition("=")
+            rows = [row for row in rows if str(row.get(name)) == value]
+    return rows
+
+
+def main(argv: list[str]) -> int:
+    within = option(argv, "--within") or "device"
+    if within not in WITHIN:
+        print(f"bench/trends.py: --within {within}: one of {', '.join(WITHIN)}", file=sys.stderr)
+        return 2
+    dumped = option(argv, "--rows")
+    rows = json.loads(Path(dumped).read_text()) if dumped else collect()
+    if dump := option(argv, "--dump"):
+        Path(dump).write_text(json.dumps(rows, indent=1))
+    rows = kept(rows, argv)
+    if not rows:
+        print("bench/trends.py: --where keeps no row", file=sys.stderr)
+        return 2
+    if "--table" in argv:
+        print_table(rows)
+        print()
+    if "--pairs" in argv:
+        print_pairs(rows)
+        print()
+    print_trends(rows, within)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))

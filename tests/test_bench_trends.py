@@ -1,0 +1,124 @@
+"""bench/trends.py: a row's features read back from its run config, and the statistics by hand."""
+
+from __future__ import annotations
+
+import pytest
+from bench_modules import load_bench
+
+
+@pytest.fixture(scope="module")
+def bench():
+    return load_bench("trends")
+
+
+@pytest.fixture(scope="module")
+def row_177b(bench):
+    # one row priced, not the table
+    row = next(r for r in bench.public_runs() if r.name.startswith("Megatron GPT 177B ("))
+    return bench.collect([row])[0]
+
+
+def test_the_177b_row_s_features_are_the_readme_table_s(row_177b):
+    # Megatron-LM README (core_r0.8.0) model table: 177B, hidden 12288, 96 layers, TP 8, PP 6, DP 48 on 2304
+    # H100, batch 1152: 1152 / 48 = 24 micro-batches of one sequence a pipeline, 24 / 6 = 4 a stage;
+    # interleaved at one layer a virtual stage (bench/public_runs.py `megatron_schedule`): 96 / 6 = 16 chunks;
+    # 2304 GPUs over 8 a node = 288 nodes; bf16, ZeRO-1 (the distributed optimizer), sequence 4096
+    f = row_177b
+    assert (f["device"], f["framework"], f["precision"], f["moe"]) == ("h100-80gb", "megatron", "bf16", "dense")
+    assert (f["hidden"], f["layers"], f["hidden_per_tp"]) == (12288, 96, 12288 // 8)
+    assert (f["tp"], f["pp"], f["vp"], f["cp"], f["ep"], f["dp"]) == (8, 6, 16, 1, 1, 48)
+    assert (f["mbs"], f["m"], f["m_per_pp"], f["seq"]) == (1, 24, 4.0, 4096)
+    assert (f["gpus"], f["nodes"], f["sharding"], f["group"]) == (2304, 288, "zero1", "published tables")
+    assert (f["tp_overlap"], f["p2p_overlap"], f["cuda_graphs"]) == (True, True, "none")
+    assert (f["dispatcher"], f["offload"], f["recompute"]) == ("-", "-", "none")
+    # the README row: 432.8 TFLOP/s per GPU of Megatron's FLOP count; the error is ppb's seconds over those
+    assert f["error"] == pytest.approx(f["ppb_s"] / f["published_s"] - 1)
+    assert 0 < f["share_bubble"] < 1 and 0 < f["share_dp_communication"] < 1
+
+
+def test_residuals_are_against_the_mean_of_the_row_s_device(bench):
+    rows = [
+        {"device": "a", "error": -0.10},
+        {"device": "a", "error": -0.20},
+        {"device": "b", "error": 0.05},
+    ]
+    # device a's mean −0.15: −0.10 − (−0.15) = +0.05, −0.20 − (−0.15) = −0.05; b alone: 0
+    assert bench.residuals(rows, "device") == pytest.approx([0.05, -0.05, 0.0])
+
+
+def test_explained_variance_by_hand(bench):
+    rows = [
+        {"device": "a", "error": -0.10},
+        {"device": "a", "error": -0.20},
+        {"device": "b", "error": 0.05},
+        {"device": "b", "error": 0.05},
+    ]
+    # mean −0.05; deviations −0.05, −0.15, +0.10, +0.10: variance (0.0025 + 0.0225 + 0.01 + 0.01) / 4 = 0.01125;
+    # against the devices' means (−0.15, +0.05): +0.05, −0.05, 0, 0: (0.0025 + 0.0025) / 4 = 0.00125 left
+    assert bench.explained(rows, "device") == pytest.approx(1 - 0.00125 / 0.01125)
+
+
+def test_within_t_by_hand(bench):
+    # device a: x 0, 1, 2 with errors 0, 0.1, 0.3; device b: x 0, 1 with errors 0.5, 0.5.
+    # Against the devices' means: a's x −1, 0, 1, errors −0.1333, −0.0333, +0.1667; b's x −0.5, +0.5, errors 0, 0.
+    # sxx = 1 + 0 + 1 + 0.25 + 0.25 = 2.5; sxy = 0.1333 + 0.1667 = 0.3: slope 0.12.
+    # Residuals: −0.1333 + 0.12 = −0.0133, −0.0333, 0.1667 − 0.12 = 0.0467, +0.06, −0.06:
+    # their squares 0.000178 + 0.001111 + 0.002178 + 0.0036 + 0.0036 = 0.010667 over 5 − 2 − 1 = 2: 0.005333;
+    # se = sqrt(0.005333 / 2.5) = 0.046188, t = 0.12 / 0.046188 = 2.598
+    rows = [
+        {"device": "a", "x": 0, "error": 0.0},
+        {"device": "a", "x": 1, "error": 0.1},
+        {"device": "a", "x": 2, "error": 0.3},
+        {"device": "b", "x": 0, "error": 0.5},
+        {"device": "b", "x": 1, "error": 0.5},
+    ]
+    assert bench.within_t(rows, "x", "device") == pytest.approx(2.598, abs=1e-3)
+    # a feature constant within every device has no slope to fit
+    assert bench.within_t([{**r, "x": 1 if r["device"] == "a" else 2} for r in rows], "x", "device") == 0.0
+
+
+def test_spearman_by_hand(bench):
+    # ties share their mean rank: [1, 2, 2, 3] -> ranks [1, 2.5, 2.5, 4]
+    assert bench.ranks([1, 2, 2, 3]) == [1.0, 2.5, 2.5, 4.0]
+    # a monotone relation is ±1 whatever its shape
+    assert bench.spearman([1, 2, 3, 4], [1, 8, 27, 64]) == pytest.approx(1.0)
+    assert bench.spearman([1, 2, 3, 4], [4, 3, 2, 1]) == pytest.approx(-1.0)
+    # x ranks [1, 2, 3], y ranks [2, 1, 3]: d = (1, 1, 0), 1 − 6·Σd²/(n(n²−1)) = 1 − 12/24 = 0.5
+    assert bench.spearman([1, 2, 3], [5, 4, 6]) == pytest.approx(0.5)
+    assert bench.spearman([1, 2, 3], [7, 7, 7]) == 0.0
+
+
+def test_buckets_by_value_or_by_tercile(bench):
+    labels, label = bench.buckets([1, 2, 2, 8])
+    assert labels == ["1", "2", "8"] and label(2) == "2"
+    values = list(range(1, 10))  # nine values: the thirds start at the 4th and the 7th, 4 and 7
+    labels, label = bench.buckets(values)
+    assert labels == ["<4", "4-7", ">=7"]
+    assert [label(v) for v in (3, 4, 6, 7)] == ["<4", "4-7", "4-7", ">=7"]
+    # a quarter or more zeros (no pipeline, no bubble) are a bucket apart; the thirds are of the rest
+    labels, label = bench.buckets([0, 0, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9])
+    assert labels == ["0", "<4", "4-7", ">=7"] and label(0) == "0"
+
+
+def _row(name: str, published_s: float, ppb_s: float, **settings) -> dict:
+    """A row of one model, every setting at one value but *settings*."""
+    base = dict.fromkeys(("framework", "device", "family", "moe"), "x") | {"hidden": 4096, "layers": 32}
+    base |= dict.fromkeys(("tp", "pp", "vp", "cp", "ep", "dp", "mbs", "m", "gpus"), 1) | {"seq": 4096}
+    words = ("precision", "sharding", "recompute", "p2p_overlap", "tp_overlap", "cuda_graphs", "dispatcher")
+    words += ("offload", "release")
+    base |= dict.fromkeys(words, "-") | {"name": name, "published_s": published_s, "ppb_s": ppb_s}
+    return base | settings
+
+
+def test_a_pair_compares_gpu_seconds_a_token(bench):
+    # a: 8 GPUs, DP 8, 4 micro-batches of 1 sequence of 4096: 131,072 tokens in 10 s measured, 9 s ppb;
+    # b: the same but 16 micro-batches a replica (4x the tokens) in 36 s measured, 36 s ppb.
+    # GPU-seconds a token, b over a: measured 36/(4·10) = 0.9, ppb 36/(4·9) = 1.0
+    a = _row("a", 10.0, 9.0, dp=8, gpus=8, m=4)
+    b = _row("b", 36.0, 36.0, dp=8, gpus=8, m=16)
+    other_model = _row("c", 1.0, 1.0, hidden=8192)
+    three_apart = _row("d", 1.0, 1.0, dp=8, gpus=8, m=16, tp=2, pp=2, vp=2)  # 3 apart from b, 4 from a
+    (found,) = bench.pairs([a, b, other_model, three_apart])
+    apart, first, second, measured, ours = found
+    assert (apart, first["name"], second["name"]) == (["m"], "a", "b")
+    assert measured == pytest.approx(0.9) and ours == pytest.approx(1.0)
