@@ -105,7 +105,7 @@ HOST_KERNEL_US_DGX_B200 = round(HOST_KERNEL_US_DGX_H100 * 3.8 / 4.0, 1)
 GEMM_KERNEL_US_B200 = 4.4
 # The same for its FP8 GEMMs (`fp8_gemm_kernel_us`): the table's e4m3 x e4m3 -> bf16 products (per-tensor
 # scales, cuBLASLt), 256x256x256 at 4.85 us, 256x512x256 at 5.41, 256x256x512 at 5.09, 512x256x256 at
-# 5.22, against 0.37-0.54 us of FP8 tiles: 4.48, 5.01, 4.55, 4.82 beyond them, median 4.68, 4.7.
+# 5.22, against 0.35-0.53 us of FP8 tiles: 4.50, 5.04, 4.56, 4.85 beyond them, median 4.7.
 FP8_GEMM_KERNEL_US_B200 = 4.7
 # A full-rate tile's intensity on B200: H100's 64 times the per-SM 16-bit rate over H100's, with the
 # shared memory bandwidth per SM unchanged: (2250/148) / (989/132) = 15.20 / 7.49 = 2.03, 64 · 2.03 = 130:
@@ -160,12 +160,17 @@ FP8_GB300_OVER_B300_LAYER_GEMMS = round(7.7926 / 6.9645, 3)  # 1.119
 # "NVIDIA B200", 7.8183 on the "NVIDIA GB200", 7.7926 on the B300. ml-engineering's FP8 MAMF rows (B200 3432.5,
 # torch 2.7.1+cu128; GB200 3615.6, 2.10.0.dev+cu130; B300 3353.3, 2.9.1+cu130) put them 1.024 and 1.078 times the
 # B300's; one stack measures 0.937 and 0.997 (TRT-LLM 1.3.0rc10's tables: 0.897, 1.015). Both collections put both
-# parts' FP8 GEMMs 6-12% under what the MAMF rows give at the B300's layer share, beyond their spread: the two parts
-# take the B300's FP8 MAMF times that ratio. Their BF16 ratios (B200 0.971 / 0.961, GB200 1.001 / 1.033 at rc20 /
-# rc10) agree with the MAMF rows' (0.986, 1.030) within the collections' own spread: BF16 stays ml-engineering's.
+# parts' FP8 GEMMs 6-12% under what the MAMF rows give at the B300's layer share, beyond their spread: a layer's FP8
+# GEMMs on them run at the B300's (its FP8 MAMF at its layer share) times that ratio, their own MAMF rows kept for
+# single kernels (XLA's sm_100 table bears B200's out), so their layer shares fall. Their BF16 ratios (B200 0.971 /
+# 0.961, GB200 1.001 / 1.033 at rc20 / rc10) agree with the MAMF rows' (0.986, 1.030) within the collections' own
+# spread: BF16 stays ml-engineering's.
 # (The GB200's 152 SMs against the B300's 148 change its tile quantization slightly: the ratio is taken whole.)
 B200_OVER_B300_FP8_LAYER_GEMMS = round(7.7926 / 8.3149, 3)  # 0.937
 GB200_OVER_B300_FP8_LAYER_GEMMS = round(7.7926 / 7.8183, 3)  # 0.997
+_FP8_LAYER_B300_TFLOPS = 3353.3 * FP8_LAYER_GEMM_SHARE_BLACKWELL  # the B300's FP8 MAMF at its layer share
+FP8_LAYER_GEMM_SHARE_B200 = round(_FP8_LAYER_B300_TFLOPS * B200_OVER_B300_FP8_LAYER_GEMMS / 3432.5, 3)  # 0.812
+FP8_LAYER_GEMM_SHARE_GB200 = round(_FP8_LAYER_B300_TFLOPS * GB200_OVER_B300_FP8_LAYER_GEMMS / 3615.6, 3)  # 0.820
 # cuDNN attention on B300 (the b300 entry derives them): NVIDIA's GB300 rates at head size 128, 16k tokens, no
 # mask, at the B300's 16-bit tensor rate over the GB300's (that layer ratio), over B300's 16-bit peak.
 ATTENTION_FORWARD_B300 = round(2014 / GB300_OVER_B300_LAYER_GEMMS / 2250, 3)  # 0.761
@@ -534,8 +539,8 @@ DEVICE_CATALOG: dict[str, DeviceProfile] = {
     # results/gb200/all_models_20260226_180237.csv at df73764) bears out for the forward: 5.99-6.42 TB/s
     # on the four Llama-sized norms, 0.78-0.84 of 7.67 (mean 6.13, 0.80); their backward, 4.79-6.19
     # (mean 5.28, 0.69), runs below it.
-    # 148 SMs (NVIDIA Blackwell architecture technical brief: two dies of 74). MAMF 1745 (77.6%). FP8: the B300's
-    # FP8 MAMF times aiconfigurator's measured layer ratio (`B200_OVER_B300_FP8_LAYER_GEMMS`): 3142 of 4500, 0.698.
+    # 148 SMs (NVIDIA Blackwell architecture technical brief: two dies of 74). MAMF 1745 (77.6%). A layer's FP8
+    # GEMMs at the B300's times aiconfigurator's measured ratio (`FP8_LAYER_GEMM_SHARE_B200`: 0.812 of its MAMF).
     "b200": DeviceProfile(
         "b200",
         183359,
@@ -546,10 +551,10 @@ DEVICE_CATALOG: dict[str, DeviceProfile] = {
         sm_count=148,
         nic_efficiency=0.94,
         matmul_efficiency=0.776,
-        fp8_matmul_efficiency=round(3353.3 * B200_OVER_B300_FP8_LAYER_GEMMS / 4500, 3),  # 0.698
+        fp8_matmul_efficiency=0.763,
         mxfp8_matmul_ratio=MXFP8_MATMUL_RATIO_BLACKWELL,
         layer_gemm_share=LAYER_GEMM_SHARE_BLACKWELL,
-        fp8_layer_gemm_share=FP8_LAYER_GEMM_SHARE_BLACKWELL,
+        fp8_layer_gemm_share=FP8_LAYER_GEMM_SHARE_B200,
         mxfp8_quantize_efficiency=MXFP8_QUANTIZE_SHARE_BLACKWELL,
         fp8_quantize_efficiency=FP8_QUANTIZE_SHARE_BLACKWELL,
         attention_back_to_back_share=ATTENTION_BACK_TO_BACK_SHARE_B200,
@@ -584,8 +589,8 @@ DEVICE_CATALOG: dict[str, DeviceProfile] = {
     # trays, Megatron CI's dgx_gb200): the B200's sm_100 GPU run faster. ml-engineering's tables
     # (compute/accelerator/README.md): 2,500 TFLOPS dense BF16 per GPU, 186 GB HBM3e at 8.00 TB/s, a
     # device-reported maximum SM clock of 2062 MHz (B200 1965), MAMF 1822.0 BF16 (72.9%) and 3615.6 FP8
-    # of 5000 (72.3%; priced instead at the B300's FP8 MAMF times aiconfigurator's measured layer ratio,
-    # `GB200_OVER_B300_FP8_LAYER_GEMMS`: 3343 of 5000, 0.669). Memory: the 186 GB label read as GiB (B200's 180
+    # of 5000 (72.3%; a layer's FP8 GEMMs at the B300's times aiconfigurator's measured ratio,
+    # `FP8_LAYER_GEMM_SHARE_GB200`: 0.820 of it). Memory: the 186 GB label read as GiB (B200's 180
     # GB label is 183,359 MiB in nvidia-smi), 190,464 MiB, an approximation. HBM, NVLink 5 (900 GB/s a direction,
     # all 72 GPUs of the rack on it), NCCL's NVLink figure, the GEMM kernels' fixed times: B200's (the same HBM3e
     # label, links and sm_100 kernels). SMs: 152, the count GB200's GPU reports (PyTorch's device properties,
@@ -607,10 +612,10 @@ DEVICE_CATALOG: dict[str, DeviceProfile] = {
         sm_count=152,
         nic_efficiency=0.94,
         matmul_efficiency=0.729,
-        fp8_matmul_efficiency=round(3353.3 * GB200_OVER_B300_FP8_LAYER_GEMMS / 5000, 3),  # 0.669
+        fp8_matmul_efficiency=0.723,
         mxfp8_matmul_ratio=MXFP8_MATMUL_RATIO_BLACKWELL,
         layer_gemm_share=LAYER_GEMM_SHARE_BLACKWELL,
-        fp8_layer_gemm_share=FP8_LAYER_GEMM_SHARE_BLACKWELL,
+        fp8_layer_gemm_share=FP8_LAYER_GEMM_SHARE_GB200,
         mxfp8_quantize_efficiency=MXFP8_QUANTIZE_SHARE_BLACKWELL,
         fp8_quantize_efficiency=FP8_QUANTIZE_SHARE_BLACKWELL,
         attention_back_to_back_share=ATTENTION_BACK_TO_BACK_SHARE_B200,
