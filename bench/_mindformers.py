@@ -222,6 +222,9 @@ class Card:
     # model_config.rotary_dtype (LlamaConfig's default float32); None for ChatGLM2's models, whose rotary is
     # glm2_transformer.py's own (`apply_rotary_pos_emb` over half of each head), priced generic
     rotary_dtype: str | None = "fp32"
+    # the model's embedding built with `parallel_optimizer=True` (research/qwen/qwen_model.py `QwenModel`'s
+    # `LlamaEmbedding(..., parallel_optimizer=True)` at v1.3.0 debac6a97): its table sharded by optimizer parallel
+    embedding_parallel_optimizer: bool = False
 
     def plan(self) -> dict[str, Any] | None:
         """The yaml's per-stage layout and recompute in MindFormers' words, as `ppb check --plan` reads
@@ -774,6 +777,8 @@ def card_raw(card: Card) -> dict[str, Any]:
     """The card's run config."""
     parallel: dict[str, Any] = {"dp": card.dp, "tp": card.mp, "pp": card.pp, "sequence_parallel": card.mp > 1}
     parallel["enable_parallel_optimizer"] = card.parallel_optimizer
+    if card.embedding_parallel_optimizer:
+        parallel["embedding_parallel_optimizer"] = True
     training: dict[str, Any] = {
         "seq_length": card.seq_length,
         "micro_batch_size": card.batch_size,
@@ -881,6 +886,7 @@ V130_ROWS: tuple[Card, ...] = (
         param_dtype="fp32",
         jit_level="O2",
         rotary_dtype="fp16",
+        embedding_parallel_optimizer=True,
     ),
     Card(
         "Qwen 14B finetune bf16",
@@ -900,6 +906,7 @@ V130_ROWS: tuple[Card, ...] = (
         param_dtype="fp32",
         jit_level="O2",
         rotary_dtype="fp16",
+        embedding_parallel_optimizer=True,
     ),
 )
 

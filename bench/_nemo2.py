@@ -104,7 +104,7 @@ _ROWS: tuple[tuple[Any, ...], ...] = (
 
 SKIPPED_NEMO2: tuple[tuple[str, str], ...] = (
     ("25.02 / 25.04 Nemotron 15B / 340B", "squared-ReLU MLPs, an activation ppb does not describe"),
-    ("25.02 / 25.04 Mixtral 8x7B / 8x22B, 25.07 Llama 4", "MoE recipes of NeMo 2 not transcribed (session 28)"),
+    ("25.02 / 25.04 Mixtral 8x7B / 8x22B, 25.07 Llama 4", "MoE recipes of NeMo 2 not transcribed"),
     (
         "25.07 Llama 3.1 405B FP8 FSDP TP2 (128 GB200)",
         "v2.4.0's csv runs it with 95 layers' activations offloaded at GBS 256, the table GBS 64: settings unknown",

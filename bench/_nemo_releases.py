@@ -308,7 +308,7 @@ SKIPPED: tuple[tuple[str, str], ...] = (
     ),
     (
         "26.06 / 26.06.01 MoE rows (Qwen3, DeepSeek-V3, GPT-OSS, Kimi K2)",
-        "not transcribed (session 28); v0.5.0's presets add settings ppb does not price (e.g. Qwen3 30B GB200: "
+        "not transcribed; v0.5.0's presets add settings ppb does not price (e.g. Qwen3 30B GB200: "
         "cutedsl_fused_grouped_mlp, fp8_dot_product_attention, full-iteration graphs)",
     ),
     (
@@ -319,10 +319,10 @@ SKIPPED: tuple[tuple[str, str], ...] = (
         "26.02.01 GPT-OSS 120B BF16 EP8 (64 B300, 64 B200)",
         "the table's EP 8 is not v0.3.1's preset (EP 64, as 26.02's rows of the same systems)",
     ),
-    ("26.02 / 26.02.01 Kimi K2 (GB300)", "not transcribed (session 28)"),
+    ("26.02 / 26.02.01 Kimi K2 (GB300)", "not transcribed"),
     (
         "25.09 DeepSeek-V3, Qwen3 30B-A3B / 235B-A22B (token-dropping and dropless rows)",
-        "not transcribed (session 28)",
+        "not transcribed",
     ),
     (
         "26.02.01 Llama 3 70B MXFP8 PP4 MBS2 (64 GB300)",

@@ -55,6 +55,8 @@ def _with(run: RunConfig, micro_batches: int | None = None, layers: int | None =
     if layers is not None:
         name = run.model_names[0]
         update["specs"] = {name: run.spec(name).model_copy(update={"num_layers": layers})}
+        # the config's layout places its 61 layers (session 28): the scaled run is split evenly, as before
+        update["parallel"] = run.parallel.model_copy(update={"layout": None})
     return run.model_copy(update=update)
 
 

@@ -781,17 +781,17 @@ GROUPS = {
     "NeMo 26.04 performance-summary": lambda source: source == NEMO_2604,
     "NeMo GPT-OSS 120B (25.11, 26.04)": lambda source: source in (NEMO_2511_GPT_OSS, NEMO_2604_GPT_OSS),
     "NeMo GB300 / B300 (25.11, 26.04)": lambda source: source in (NEMO_2511_ULTRA, NEMO_2604_ULTRA),
-    "NeMo archive 25.09 / 26.02 / 26.02.01 / 26.06 (session 28)": lambda source: source.startswith(ARCHIVE),
-    "NeMo 24.07 H100 (session 28)": lambda source: source == NEMO_2407,
-    "NeMo 2 25.02 / 25.04 / 25.07 (session 28)": lambda source: source.startswith(NEMO2),
+    "NeMo archive 25.09 / 26.02 / 26.02.01 / 26.06": lambda source: source.startswith(ARCHIVE),
+    "NeMo 24.07 H100": lambda source: source == NEMO_2407,
+    "NeMo 2 25.02 / 25.04 / 25.07": lambda source: source.startswith(NEMO2),
     "other torchtitan benchmark": lambda source: source.startswith(TITAN_SOURCES),
     "torchtitan docs/performance.md (2024)": lambda source: source.startswith(DOCS_SOURCES),
     "BLOOM": lambda source: source.startswith(BLOOM),
     "MindFormers": lambda source: source.startswith(MINDFORMERS),
     "MindFormers model-card": lambda source: source.startswith(CARDS),
-    "Narayanan 2021 Table 1, SC21 scripts (session 28)": lambda source: source == NARAYANAN,
-    "MT-NLG 530B, micro-batch unstated (session 28)": lambda source: source == MTNLG,
-    "MindFormers v1.3.0 Qwen cards (session 28)": lambda source: source.startswith(CARDS_V130),
+    "Narayanan 2021 Table 1, SC21 scripts": lambda source: source == NARAYANAN,
+    "MT-NLG 530B, micro-batch unstated": lambda source: source == MTNLG,
+    "MindFormers v1.3.0 Qwen cards": lambda source: source.startswith(CARDS_V130),
 }
 
 

@@ -70,6 +70,7 @@ def main() -> int:
         results[name] = measure(run, args.repeat)
     raw = resolved_raw(load_run_config(ROOT / "configs" / "deepseek-v3.yaml"))
     raw["models"][0]["spec"]["num_layers"] = 610
+    raw["parallel"].pop("layout", None)  # the config's layout places its 61 layers (session 28): split evenly
     results["deepseek-v3 x10 layers"] = measure(parse_run_config(raw, "deepseek-v3-610"), args.repeat)
     for name, (cold, warm, layers, kinds, priced) in results.items():
         print(f"{name:28s} {layers:6d} {kinds:5d} {priced:6d} {cold:8.2f} {warm:8.3f}")

@@ -200,6 +200,31 @@ def _fp8_run(dispatcher: str, release: str | None = None, **moe: object) -> RunC
     return run.model_copy(update={"framework_release": FrameworkRelease(megatron_core=release)})
 
 
+def test_megatrons_deepep_dispatches_bf16_under_fp8_deepseeks_own_recipe_fp8() -> None:
+    # fused_a2a.py `FusedDispatch.forward` (core_r0.16.0 55ac708251, d98e8a64) hands DeepEP the tokens as
+    # `MoELayer.dispatch` gets them, the pre-MLP norm's BF16 output: no FP8 on the wire under Megatron's FP8
+    # GEMMs. DeepSeek-V3 report §3.3.3: its own framework dispatches in FP8 (and the gradient before the
+    # down-projections), the combine in BF16. EP 16 over two 8-GPU nodes, 4096 tokens, h 2048, top 8 of 128:
+    # a token reaches 16·(1 − MISSED) ranks and 2·(1 − (1/2)^8)·(1/2) remote nodes.
+    h, tokens = 2048, 4096
+    sent = tokens * 16 * (1 - MISSED)
+    remote = tokens * 2 * (1 - 0.5**8) * 0.5
+
+    def comms(run: RunConfig) -> tuple[Collective, Collective, Collective]:
+        ops = {op.name: op for op in moe_ops(KIND, MOE, OpGeometry.from_run(run))}
+        return ops["dispatch"].forward_comm, ops["dispatch"].backward_comm, ops["combine"].backward_comm
+
+    megatron = _fp8_run("deepep")
+    for comm in comms(megatron):  # 2 bytes an element, each way
+        assert comm.payload_bytes == pytest.approx(sent * h * 2)
+        assert comm.inter_node_bytes == pytest.approx(remote * h * 2)
+    deepseek = megatron.model_copy(update={"training": megatron.training.model_copy(update={"fp8_cache": "deepseek"})})
+    dispatch, dispatch_back, combine_back = comms(deepseek)
+    assert dispatch.payload_bytes == pytest.approx(sent * h)  # FP8: 1 byte
+    assert combine_back.inter_node_bytes == pytest.approx(remote * h)  # the gradient before the down-projection
+    assert dispatch_back.payload_bytes == pytest.approx(sent * h * 2)  # the combine's BF16 in reverse
+
+
 def test_te_grouped_mlp_pads_its_fp8_rows_unless_the_dispatcher_aligned_them() -> None:
     # experts.py `TEGroupedMLP.forward` (0d8e0714cd, core_v0.17.0): under FP8 `quantization_padding` (TE's
     # Fp8Padding) on the permuted rows and on their probabilities (the latter since the experts weight their

@@ -113,7 +113,9 @@ class _Progress:
             return
         if event == "screening done":
             self.balancing = time.perf_counter()
-            self.console.print(f"screened {figures['screened']:,}; balancing{self._ahead(figures)}", highlight=False)
+            self.console.print(
+                f"screened {figures['screened']:,}; balancing{self._ahead(figures)}", markup=False, highlight=False
+            )
         elif event == "enumerated":
             self.screen = self.progress.add_task("screening", total=figures["enumerated"])
         elif event == "screened" and self.screen is not None:

@@ -420,9 +420,16 @@ class OpGeometry(Geometry):
             ),
             ub_methods=tuple(sorted(run.timing.tp_comm_overlap_methods.items())),
             # HybridEP never dispatches FP8 under Megatron (fused_a2a.py `init_hybrid_ep_buffer` asserts
-            # `not fp8_dispatch`; HybridEPDispatch passes False), nor NCCL EP at its default bf16 wire dtype
+            # `not fp8_dispatch`; HybridEPDispatch passes False), nor NCCL EP at its default bf16 wire dtype,
+            # nor DeepEP: `FusedDispatch.forward` hands DeepEP's `Buffer.dispatch` the tokens as
+            # `MoELayer.dispatch` gets them, the pre-MLP norm's BF16 output (no FP8 path at core_r0.16.0
+            # 55ac708251 nor d98e8a64). FP8 dispatch is DeepSeek's own framework's (DeepSeek-V3 report
+            # §3.3.3 "Low-Precision Communication": the activation before the up-projections and the gradient
+            # before the down-projections in FP8), which ppb marks by its FP8 recipe (`fp8_cache` deepseek)
             dispatch_bytes=1
-            if run.timing.moe_dispatcher == "deepep" and run.timing.matmul_dtype == "fp8"
+            if run.timing.moe_dispatcher == "deepep"
+            and run.timing.matmul_dtype == "fp8"
+            and train.fp8_cache == "deepseek"
             else train.dtype_bytes,
             hybridep_pad_uneven=run.timing.moe_hybridep_pad_uneven_dispatch_inputs,
             flex_in_kernel=in_kernel_permutation(
