@@ -115,10 +115,6 @@ GEMM_FULL_INTENSITY_B200 = round(64 * (2250 / 148) / (989 / 132))
 # GB200 rates scaled by the two parts' MAMF, over B200's 16-bit peak.
 ATTENTION_FORWARD_B200 = round(1697 * 1745 / 1822 / 2250, 3)  # 0.722
 ATTENTION_BACKWARD_B200 = round(1374 * 1745 / 1822 / 2250, 3)  # 0.585
-# cuDNN attention on B300 (the b300 entry derives them): NVIDIA's GB300 rates at head size 128, 16k tokens, no
-# mask, scaled by the two parts' MAMF (GB300's taken as GB200's), over B300's 16-bit peak.
-ATTENTION_FORWARD_B300 = round(2014 * 1769 / 1822 / 2250, 3)  # 0.869
-ATTENTION_BACKWARD_B300 = round(1536 * 1769 / 1822 / 2250, 3)  # 0.663
 # What attention dropout adds to cuDNN's fused attention on sm_90 (`attention_dropout_cost`):
 # NVIDIA/TransformerEngine issue #3312 (Aug 2026) times one DotProductAttention forward and backward,
 # FusedAttention forced, BF16, sbhd (Megatron's layout), 4096 tokens in 4 sequences, 16 heads of 128,
@@ -148,6 +144,37 @@ MXFP8_MATMUL_RATIO_BLACKWELL = round(6.812 / 7.161, 3)  # 0.951
 # to 4096^3) keeps setting the fixed times and the tile rule at the MAMF ceiling.
 LAYER_GEMM_SHARE_BLACKWELL = round(11.403 / 13.102, 3)  # 0.870
 FP8_LAYER_GEMM_SHARE_BLACKWELL = round(6.044 / 6.812, 3)  # 0.887
+# The GB300's GEMMs over the B300's at that layer's shapes (`gb300` MAMF shares; session 28): NVIDIA's
+# aiconfigurator times TensorRT-LLM's Linear on all four Blackwell parts with one software stack, TRT-LLM
+# 1.3.0rc20 (ai-dynamo/aiconfigurator aic-core/src/aiconfigurator_core/systems/data/{b300_sxm,gb300}/gemm/trtllm/
+# 1.3.0rc20/gemm_perf.parquet at 095f58a, "provenance: collected"; collector/trtllm/collect_gemm.py: random BF16
+# activations, 3 warm-up and 6 timed CUDA-graph replays, FP8 with its per-tensor activation cast). The guide's 12
+# GEMMs at 16,384 tokens (the table's nearest to 15,872; wgrad as 4096 x N x 16384) sum to 12.3465 ms BF16 and
+# 7.7926 ms FP8 on the "NVIDIA B300 SXM6 AC", 10.4916 and 6.9645 on the "NVIDIA GB300": 1.177 and 1.119 times
+# the B300's rate (TRT-LLM 1.3.0rc10's tables: 1.147, 1.116). The same die (sm_103, the catalog's 148 SMs and tile
+# rule), 1400 W against 1100 W (the table's system files): the GB300 is priced at the B300's MAMF times that ratio,
+# at the B300's layer shares. Its FP8 ratio carries the cast, memory-bound on both parts: a lower bound.
+GB300_OVER_B300_LAYER_GEMMS = round(12.3465 / 10.4916, 3)  # 1.177
+FP8_GB300_OVER_B300_LAYER_GEMMS = round(7.7926 / 6.9645, 3)  # 1.119
+# The same tables' FP8 layer against the B300's (`b200` and `gb200` FP8 MAMF shares; session 28): 8.3149 ms on the
+# "NVIDIA B200", 7.8183 on the "NVIDIA GB200", 7.7926 on the B300. ml-engineering's FP8 MAMF rows (B200 3432.5,
+# torch 2.7.1+cu128; GB200 3615.6, 2.10.0.dev+cu130; B300 3353.3, 2.9.1+cu130) put them 1.024 and 1.078 times the
+# B300's; one stack measures 0.937 and 0.997 (TRT-LLM 1.3.0rc10's tables: 0.897, 1.015). Both collections put both
+# parts' FP8 GEMMs 6-12% under what the MAMF rows give at the B300's layer share, beyond their spread: a layer's FP8
+# GEMMs on them run at the B300's (its FP8 MAMF at its layer share) times that ratio, their own MAMF rows kept for
+# single kernels (XLA's sm_100 table bears B200's out), so their layer shares fall. Their BF16 ratios (B200 0.971 /
+# 0.961, GB200 1.001 / 1.033 at rc20 / rc10) agree with the MAMF rows' (0.986, 1.030) within the collections' own
+# spread: BF16 stays ml-engineering's.
+# (The GB200's 152 SMs against the B300's 148 change its tile quantization slightly: the ratio is taken whole.)
+B200_OVER_B300_FP8_LAYER_GEMMS = round(7.7926 / 8.3149, 3)  # 0.937
+GB200_OVER_B300_FP8_LAYER_GEMMS = round(7.7926 / 7.8183, 3)  # 0.997
+_FP8_LAYER_B300_TFLOPS = 3353.3 * FP8_LAYER_GEMM_SHARE_BLACKWELL  # the B300's FP8 MAMF at its layer share
+FP8_LAYER_GEMM_SHARE_B200 = round(_FP8_LAYER_B300_TFLOPS * B200_OVER_B300_FP8_LAYER_GEMMS / 3432.5, 3)  # 0.812
+FP8_LAYER_GEMM_SHARE_GB200 = round(_FP8_LAYER_B300_TFLOPS * GB200_OVER_B300_FP8_LAYER_GEMMS / 3615.6, 3)  # 0.820
+# cuDNN attention on B300 (the b300 entry derives them): NVIDIA's GB300 rates at head size 128, 16k tokens, no
+# mask, at the B300's 16-bit tensor rate over the GB300's (that layer ratio), over B300's 16-bit peak.
+ATTENTION_FORWARD_B300 = round(2014 / GB300_OVER_B300_LAYER_GEMMS / 2250, 3)  # 0.761
+ATTENTION_BACKWARD_B300 = round(1536 / GB300_OVER_B300_LAYER_GEMMS / 2250, 3)  # 0.580
 # TransformerEngine's FP8 quantize kernels on Blackwell, the share of HBM they reach (`mxfp8_quantize_efficiency`,
 # `fp8_quantize_efficiency`, what ppb prices TE's casts at: `TimeModel._quantize_s`): the same guide times the same 12
 # GEMMs a second way on the same B300, in autocast (benchmark_gemm.py `benchmark_fp8` / `benchmark_fp8_current`: a
@@ -168,18 +195,6 @@ FP8_LAYER_GEMM_SHARE_BLACKWELL = round(6.044 / 6.812, 3)  # 0.887
 # not measured.
 MXFP8_QUANTIZE_SHARE_BLACKWELL = round((1495269376 * 4 + 987758592 * 3) / ((8.984 - 7.161) * 1e-3) / 7672e9, 3)
 FP8_QUANTIZE_SHARE_BLACKWELL = round((1495269376 + 987758592) * 5 / ((9.147 - 6.812) * 1e-3) / 7672e9, 3)
-# The GB300's GEMMs over the B300's at that layer's shapes (`gb300` MAMF shares; session 28): NVIDIA's
-# aiconfigurator times TensorRT-LLM's Linear on all four Blackwell parts with one software stack, TRT-LLM
-# 1.3.0rc20 (ai-dynamo/aiconfigurator aic-core/src/aiconfigurator_core/systems/data/{b300_sxm,gb300}/gemm/trtllm/
-# 1.3.0rc20/gemm_perf.parquet at 095f58a, "provenance: collected"; collector/trtllm/collect_gemm.py: random BF16
-# activations, 3 warm-up and 6 timed CUDA-graph replays, FP8 with its per-tensor activation cast). The guide's 12
-# GEMMs at 16,384 tokens (the table's nearest to 15,872; wgrad as 4096 x N x 16384) sum to 12.3465 ms BF16 and
-# 7.7926 ms FP8 on the "NVIDIA B300 SXM6 AC", 10.4916 and 6.9645 on the "NVIDIA GB300": 1.177 and 1.119 times
-# the B300's rate (TRT-LLM 1.3.0rc10's tables: 1.147, 1.116). The same die (sm_103, the catalog's 148 SMs and tile
-# rule), 1400 W against 1100 W (the table's system files): the GB300 is priced at the B300's MAMF times that ratio,
-# at the B300's layer shares. Its FP8 ratio carries the cast, memory-bound on both parts: a lower bound.
-GB300_OVER_B300_LAYER_GEMMS = round(12.3465 / 10.4916, 3)  # 1.177
-FP8_GB300_OVER_B300_LAYER_GEMMS = round(7.7926 / 6.9645, 3)  # 1.119
 # The same share on the 700 W H100 SXM (`layer_gemm_share`, `fp8_layer_gemm_share`), from TransformerEngine's
 # getting-started benchmark (docs/getting_started/getting_started_pytorch.out at a97674070, "on an NVIDIA H100
 # GPU": a hidden-4096, FFN-16384 layer at 8 x 2048 tokens, forward and backward, 100 iterations back to back,
@@ -524,7 +539,8 @@ DEVICE_CATALOG: dict[str, DeviceProfile] = {
     # results/gb200/all_models_20260226_180237.csv at df73764) bears out for the forward: 5.99-6.42 TB/s
     # on the four Llama-sized norms, 0.78-0.84 of 7.67 (mean 6.13, 0.80); their backward, 4.79-6.19
     # (mean 5.28, 0.69), runs below it.
-    # 148 SMs (NVIDIA Blackwell architecture technical brief: two dies of 74). MAMF 1745 (77.6%).
+    # 148 SMs (NVIDIA Blackwell architecture technical brief: two dies of 74). MAMF 1745 (77.6%). A layer's FP8
+    # GEMMs at the B300's times aiconfigurator's measured ratio (`FP8_LAYER_GEMM_SHARE_B200`: 0.812 of its MAMF).
     "b200": DeviceProfile(
         "b200",
         183359,
@@ -538,7 +554,7 @@ DEVICE_CATALOG: dict[str, DeviceProfile] = {
         fp8_matmul_efficiency=0.763,
         mxfp8_matmul_ratio=MXFP8_MATMUL_RATIO_BLACKWELL,
         layer_gemm_share=LAYER_GEMM_SHARE_BLACKWELL,
-        fp8_layer_gemm_share=FP8_LAYER_GEMM_SHARE_BLACKWELL,
+        fp8_layer_gemm_share=FP8_LAYER_GEMM_SHARE_B200,
         mxfp8_quantize_efficiency=MXFP8_QUANTIZE_SHARE_BLACKWELL,
         fp8_quantize_efficiency=FP8_QUANTIZE_SHARE_BLACKWELL,
         attention_back_to_back_share=ATTENTION_BACK_TO_BACK_SHARE_B200,
@@ -573,9 +589,10 @@ DEVICE_CATALOG: dict[str, DeviceProfile] = {
     # trays, Megatron CI's dgx_gb200): the B200's sm_100 GPU run faster. ml-engineering's tables
     # (compute/accelerator/README.md): 2,500 TFLOPS dense BF16 per GPU, 186 GB HBM3e at 8.00 TB/s, a
     # device-reported maximum SM clock of 2062 MHz (B200 1965), MAMF 1822.0 BF16 (72.9%) and 3615.6 FP8
-    # of 5000 (72.3%). Memory: the 186 GB label read as GiB (B200's 180 GB label is 183,359 MiB in
-    # nvidia-smi), 190,464 MiB, an approximation. HBM, NVLink 5 (900 GB/s a direction, all 72 GPUs of
-    # the rack on it), NCCL's NVLink figure, the GEMM kernels' fixed times: B200's (the same HBM3e
+    # of 5000 (72.3%; a layer's FP8 GEMMs at the B300's times aiconfigurator's measured ratio,
+    # `FP8_LAYER_GEMM_SHARE_GB200`: 0.820 of it). Memory: the 186 GB label read as GiB (B200's 180
+    # GB label is 183,359 MiB in nvidia-smi), 190,464 MiB, an approximation. HBM, NVLink 5 (900 GB/s a direction,
+    # all 72 GPUs of the rack on it), NCCL's NVLink figure, the GEMM kernels' fixed times: B200's (the same HBM3e
     # label, links and sm_100 kernels). SMs: 152, the count GB200's GPU reports (PyTorch's device properties,
     # e.g. Inductor's generated kernels for compute capability 10.0 record multi_processor_count=152, and
     # kernel benchmarks on GB200 state "152 SMs" beside B300's 148); NVIDIA's MIG profiles bear it out, its
@@ -598,7 +615,7 @@ DEVICE_CATALOG: dict[str, DeviceProfile] = {
         fp8_matmul_efficiency=0.723,
         mxfp8_matmul_ratio=MXFP8_MATMUL_RATIO_BLACKWELL,
         layer_gemm_share=LAYER_GEMM_SHARE_BLACKWELL,
-        fp8_layer_gemm_share=FP8_LAYER_GEMM_SHARE_BLACKWELL,
+        fp8_layer_gemm_share=FP8_LAYER_GEMM_SHARE_GB200,
         mxfp8_quantize_efficiency=MXFP8_QUANTIZE_SHARE_BLACKWELL,
         fp8_quantize_efficiency=FP8_QUANTIZE_SHARE_BLACKWELL,
         attention_back_to_back_share=ATTENTION_BACK_TO_BACK_SHARE_B200,
@@ -636,11 +653,11 @@ DEVICE_CATALOG: dict[str, DeviceProfile] = {
     # NCCL's NVLink 5 share, the XLA sm_100 GEMM fixed times and tile rule, attention's back-to-back share
     # (B200's: the same SM and die family, sm_103 running sm_100's instruction set plus its additions);
     # NDR's NIC share for the 800 Gb/s XDR NIC. Attention: cuDNN 9.22 measured on a GB300 (the gb300 entry),
-    # scaled as B200's from GB200's by the two parts' MAMF, GB300's taken as GB200's 1822 (the same 2500
-    # TFLOPS spec, no public GB300 MAMF): 2014 · 1769/1822 = 1955 (0.869 of 2250), 1536 · 1769/1822 = 1491
-    # (0.663). Host: DGX B300's two Xeon 6776P (Granite Rapids, 64 cores, 2.3 GHz base, 4.6 GHz Priority
-    # Core Turbo on 8 cores: Intel's Xeon 6 launch, May 2025); no Megatron CI values on it, so DGX B200's
-    # launch time is kept (`HOST_KERNEL_US_DGX_B200`, itself an assumption), not re-scaled to another core.
+    # scaled as B200's from GB200's by the two parts' tensor rates, here the GEMM ratio aiconfigurator measured
+    # between them (`GB300_OVER_B300_LAYER_GEMMS`, 1.177; session 28): 2014 / 1.177 = 1711 (0.761 of 2250),
+    # 1536 / 1.177 = 1305 (0.580). Host: DGX B300's two Xeon 6776P (Granite Rapids, 64 cores, 2.3 GHz base,
+    # 4.6 GHz Priority Core Turbo on 8 cores: Intel's Xeon 6 launch, May 2025); no Megatron CI values on it, so DGX
+    # B200's launch time is kept (`HOST_KERNEL_US_DGX_B200`, itself an assumption), not re-scaled to another core.
     "b300": DeviceProfile(
         "b300",
         275040,
