@@ -29,7 +29,7 @@ from __future__ import annotations
 from typing import Any
 
 from _nemo import _405B_LAYOUT, _LLAMA3_8B, nvlink_domain
-from _public import LLAMA3_405B, LLAMA31_70B
+from _public import LLAMA3_405B, LLAMA31_70B, gpt_spec
 
 NEMO2 = "NeMo 2 performance summaries 25.02 / 25.04 / 25.07 (docs.nvidia.com nemo-framework user guide)"
 
@@ -50,22 +50,7 @@ _CUDNN_BOUND = "9.11.0.98"
 # GPTConfig175B (gpt/model/base.py, v2.2.0 to v2.4.0): 96 layers of 12288, 96 heads, FFN 49152, no dropout,
 # layernorm_zero_centered_gamma (LayerNorm's cost), GPTConfig's GeLU, biases, learned absolute positions, tied
 # embeddings; the recipe's MockDataModule tokenizer (GPT-2 BPE, 50,257 tokens)
-GPT3_175B = {
-    "vocab_size": 50257,
-    "hidden_size": 12288,
-    "num_layers": 96,
-    "num_attention_heads": 96,
-    "intermediate_size": 49152,
-    "activation": "gelu",
-    "norm": "layernorm",
-    "norm_bias": True,
-    "tied_embeddings": True,
-    "position_embedding": "learned",
-    "max_position_embeddings": 2048,
-    "attention_bias": True,
-    "attention_output_bias": True,
-    "mlp_bias": True,
-}
+GPT3_175B = gpt_spec(12288, 96, 96, vocab_size=50257, dropout=0.0)
 
 # (release, label, spec, GPUs, GBS, MBS, sequence, parallel, device, tokens/s, options, notes); options: "defer" (the
 # recipe's wgrad_deferral_limit), "ub" (TP overlap), "graphs" (the csv's cuda_graphs), "fsdp"

@@ -18,34 +18,16 @@ from __future__ import annotations
 
 from typing import Any
 
-from _public import LLAMA31_8B, LLAMA31_70B
+from _public import LLAMA31_8B, LLAMA31_70B, gpt_spec
 
 NEMO_2407 = "NeMo 24.07 performance summary (NVIDIA/NeMo docs/source/performance/performance_summary.md, 8e3d65dcfe)"
 RELEASES_2407 = {"megatron_core": "0.8", "transformer_engine": "1.8", "pytorch": "2.3.0a0"}
 
 
 def _gpt3(hidden: int, heads: int, layers: int) -> dict[str, Any]:
-    """NeMo's GPT-3 (gpt3/<size>.yaml over megatron_gpt_config.yaml): GPT-2 BPE's 50,257 tokens, LayerNorm with
-    biases, GeLU MLP of 4h, MHA, learned absolute positions of 2048, tied embeddings, dropout 0.1 on attention
-    and hidden states."""
-    return {
-        "vocab_size": 50257,
-        "hidden_size": hidden,
-        "num_layers": layers,
-        "num_attention_heads": heads,
-        "intermediate_size": 4 * hidden,
-        "activation": "gelu",
-        "norm": "layernorm",
-        "norm_bias": True,
-        "tied_embeddings": True,
-        "position_embedding": "learned",
-        "max_position_embeddings": 2048,
-        "attention_bias": True,
-        "attention_output_bias": True,
-        "mlp_bias": True,
-        "attention_dropout": 0.1,
-        "hidden_dropout": 0.1,
-    }
+    """NeMo's GPT-3 (gpt3/<size>.yaml over megatron_gpt_config.yaml): GPT-2 BPE's 50,257 tokens, positions of
+    2048, dropout 0.1 on attention and hidden states."""
+    return gpt_spec(hidden, heads, layers, vocab_size=50257)
 
 
 def _llama2(hidden: int, heads: int, layers: int, ffn: int, kv_heads: int | None = None) -> dict[str, Any]:

@@ -29,6 +29,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from _public import gpt_spec
+
 NARAYANAN = "Narayanan et al. 2021, Table 1 (Megatron-LM README images/cases_april2021.png at 50a4b5fa02)"
 MTNLG = "Smith et al. 2022 (MT-NLG 530B), §2.4"
 
@@ -68,24 +70,7 @@ def eq3_flops(h: int, layers: int, s: int, vocab: int, batch: int) -> float:
 
 def _gpt2021(h: int, heads: int, layers: int) -> dict[str, Any]:
     """Megatron-LM's GPT of 2021 (pretrain_gpt.py at 50a4b5fa02): the README's vocabulary and sequence."""
-    return {
-        "vocab_size": 51200,
-        "hidden_size": h,
-        "num_layers": layers,
-        "num_attention_heads": heads,
-        "intermediate_size": 4 * h,
-        "activation": "gelu",
-        "norm": "layernorm",
-        "norm_bias": True,
-        "tied_embeddings": True,
-        "position_embedding": "learned",
-        "max_position_embeddings": 2048,
-        "attention_bias": True,
-        "attention_output_bias": True,
-        "mlp_bias": True,
-        "attention_dropout": 0.1,
-        "hidden_dropout": 0.1,
-    }
+    return gpt_spec(h, heads, layers, vocab_size=51200)
 
 
 def _narayanan_rows() -> list[dict[str, Any]]:

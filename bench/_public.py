@@ -92,6 +92,33 @@ def torchtitan_llama31_8b(gpus: int, device: dict[str, Any]) -> dict[str, Any]:
 MEGATRON_TESTS = "NVIDIA/Megatron-LM d98e8a64 tests/functional_tests/test_cases"
 
 
+def gpt_spec(
+    hidden: int, heads: int, layers: int, *, vocab_size: int, positions: int = 2048, dropout: float = 0.1
+) -> dict[str, Any]:
+    """Megatron's GPT of the GPT-2 / GPT-3 papers, as Megatron-LM's and NeMo's defaults build it: LayerNorm with
+    biases, a GeLU MLP of 4h, multi-head attention, biases on every linear, learned absolute positions, tied
+    embeddings, dropout on attention and hidden states (none where `dropout` is 0)."""
+    spec: dict[str, Any] = {
+        "vocab_size": vocab_size,
+        "hidden_size": hidden,
+        "num_layers": layers,
+        "num_attention_heads": heads,
+        "intermediate_size": 4 * hidden,
+        "activation": "gelu",
+        "norm": "layernorm",
+        "norm_bias": True,
+        "tied_embeddings": True,
+        "position_embedding": "learned",
+        "max_position_embeddings": positions,
+        "attention_bias": True,
+        "attention_output_bias": True,
+        "mlp_bias": True,
+    }
+    if dropout:
+        spec |= {"attention_dropout": dropout, "hidden_dropout": dropout}
+    return spec
+
+
 # gpt/gpt3_7b_tp{1,4}_pp{4,1}_memory_speed/model_config.yaml: 32 layers, h 4096, 32 heads, 8 query
 # groups, untied embeddings, sequence 8192, vocabulary 131073, no --swiglu/--normalization/
 # --position-embedding-type/--disable-bias-linear/dropout flags (Megatron's defaults).
@@ -162,24 +189,7 @@ def gpt3_7b_run(tp: int, pp: int, vpp: int, micro_batch_size: int, gpu: str) -> 
 # GPT-2 BPE vocabulary (50257 entries, tests/functional_tests/shared_data: gpt2 vocab.json), tied
 # embeddings (no --untie-embeddings-and-output-weights), attention without flash kernels
 # (`--attention-backend unfused`, or `--transformer-impl local`), Megatron's other defaults.
-GPT_SMALL = {
-    "vocab_size": 50257,
-    "hidden_size": 512,
-    "num_layers": 12,
-    "num_attention_heads": 8,
-    "intermediate_size": 2048,
-    "activation": "gelu",
-    "norm": "layernorm",
-    "norm_bias": True,
-    "tied_embeddings": True,
-    "position_embedding": "learned",
-    "max_position_embeddings": 1024,
-    "attention_bias": True,
-    "attention_output_bias": True,
-    "mlp_bias": True,
-    "attention_dropout": 0.1,
-    "hidden_dropout": 0.1,
-}
+GPT_SMALL = gpt_spec(512, 8, 12, vocab_size=50257, positions=1024)
 
 
 MOE_MLA = {
