@@ -507,10 +507,11 @@ class TorchtitanRules(FrameworkRules):
         bc, reduce = setup.dtype_bytes, setup.grad_bytes
         held = sum((bc + reduce) * unit.total for unit in units)  # gathered + accumulators of units not yet reduced
         # the step's static memory holds every unit's sharded gradients; a unit's reduce-scatter forms its own
-        unformed = sum(self.static(unit, setup).gradient_bytes for unit in units)
+        sharded = [self.static(unit, setup).gradient_bytes for unit in units]
+        unformed = sum(sharded)
         found = 0.0
-        for unit in units:
-            unformed -= self.static(unit, setup).gradient_bytes
+        for unit, gradients in zip(units, sharded, strict=True):
+            unformed -= gradients
             found = max(found, held - bc * unit.total + reduce * unit.total - unformed)
             held -= (bc + reduce) * unit.total
         return found
