@@ -815,6 +815,9 @@ def test_megatron_s_unfused_bias_dropout_add():
     attention, moe = ops["residual_attention"], ops["residual_moe"]
     assert (attention.bytes, attention.backward_bytes, attention.launches) == (117_964_800, 70_778_880, (2.0, 1.0))
     assert (moe.bytes, moe.backward_bytes, moe.launches) == (70_778_880, 70_778_880, (1.0, 1.0))
+    # `x + bias` broadcasts the bias row over the tokens (PyTorch's non-contiguous kernel): its 2 passes of 2 bytes,
+    # 11,796,480 · 4 = 47,185,920, forward only (the backward's adds hand the gradient on)
+    assert (attention.strided_bytes, moe.strided_bytes) == ((47_185_920, 0.0), (0.0, 0.0))
     fused = {op.name: op for op in ops_of(spec_run(spec, s=4096))}["residual_attention"]
     assert (fused.bytes, fused.backward_bytes, fused.launches) == (70_778_880, 117_964_800, None)
     # with dropout (p 0.1): native_dropout's kernel each way. Forward the bias add 4 bytes an element, the

@@ -848,14 +848,16 @@ def _residual(name: str, block: str, geo: OpGeometry, width: float, dropout: flo
     where the branch returns a *bias* (read and write), `F.dropout` (at p 0 PyTorch's `dropout` returns its
     input: no kernel; else `native_dropout`, read and write and the mask), `residual + out` (read two, write
     one), a kernel each; backward the adds hand the gradient on (the bias's reduction is its linear's,
-    `_bias_passes`), the dropout's backward where p > 0, and the fork's sum."""
+    `_bias_passes`), the dropout's backward where p > 0, and the fork's sum. `x + bias` broadcasts the bias row
+    over the tokens: PyTorch's non-contiguous path (`Op.strided_bytes`)."""
     elements = geo.whole_tokens * width
     bc = geo.dtype_bytes
     mask = MASK_BYTES if dropout > 0 else 0
     if geo.framework == "megatron" and not geo.bias_dropout_fusion:
         added, dropped = 2 * bc if bias else 0, 2 * bc + mask if dropout > 0 else 0
         op = _elementwise(name, block, elements * (3 * bc + added + dropped), elements * (3 * bc + dropped))
-        return dataclasses.replace(op, launches=(1.0 + bias + (dropout > 0), 1.0 + (dropout > 0)))
+        launches = (1.0 + bias + (dropout > 0), 1.0 + (dropout > 0))
+        return dataclasses.replace(op, launches=launches, strided_bytes=(elements * added, 0.0))
     branch = 0 if geo.framework == "torchtitan" and not mask else 2 * bc + mask
     return _elementwise(name, block, elements * (3 * bc + mask), elements * (3 * bc + branch))
 
