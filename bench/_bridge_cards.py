@@ -29,7 +29,17 @@ from __future__ import annotations
 
 from typing import Any
 
-from _nemo import _ROUTER, QWEN3_30B_A3B, _flex, _qwen3_run, _te_graphs
+from _nemo import (
+    _BF16_MOMENTS,
+    _COMMON_TIMING,
+    _ROUTER,
+    QWEN3_30B_A3B,
+    _deepseek_v3_run,
+    _flex,
+    _gpt_oss_run,
+    _qwen3_run,
+    _te_graphs,
+)
 
 BRIDGE_CARDS = (
     "Megatron-Bridge verification card and EP-overlap skill (NVIDIA-NeMo/Megatron-Bridge 7ded17dae, "
@@ -73,6 +83,167 @@ def bridge_card_rows() -> list[dict[str, Any]]:
                     "the overlap-off run at the overlap-on run's commit and container",
                     "cuDNN as the NeMo 26.06 container on the same PyTorch base",
                 ),
+            }
+        )
+    return rows
+
+
+# ---- The model verification cards at Megatron-Bridge 067f987df (2026-08-22): each card's `pretrain_performance`
+# entries ppb can state, each at its bridge_commit (the item's, else the card's verification_environment's), the
+# recipe as that commit's src/megatron/bridge/perf_recipes/<family>/<gpu>/<model>.py states it over
+# perf_recipes/_common.py `_benchmark_common` (50 steps on mock data, no NaN or large-gradient checks, rope fusion,
+# TE's fused cross-entropy, BF16 gradient reduction, HybridEP on 32 SMs) and the recipes/ config it starts from.
+# The seconds are the card's `last_10_steps_step_time_ms_avg` / 1000 (steps 41-50). Releases: the commit's
+# 3rdparty/Megatron-LM submodule (its commit date), uv.lock's transformer-engine, docker/Dockerfile.ci's base
+# nvcr.io/nvidia/pytorch:26.06-py3 (PyTorch 2.12.0a0; cuDNN 9.21.1.3 as the NeMo 26.06 container on that base
+# states it, bench/_nemo_releases.py).
+BRIDGE_VERIFICATION = (
+    "Megatron-Bridge model verification cards (NVIDIA-NeMo/Megatron-Bridge 067f987df, "
+    "examples/model_verification_cards/*/card.yaml, pretrain_performance)"
+)
+_PYTORCH_2606 = "2.12.0a0"
+# bridge commit -> (Megatron-LM submodule commit, its date), uv.lock's transformer-engine
+_PINS: dict[str, tuple[str, str, str]] = {
+    "79308d0d9": ("14346b65a2", "2026-08-12", "2.18"),  # uv.lock 2.18.0+e7c550c5
+    "a8038f6d9": ("d12f6c8c9a", "2026-08-08", "2.17"),  # uv.lock 2.17.1
+    "3a9559f01": ("cd4afffa64", "2026-07-25", "2.17"),  # uv.lock 2.17.0+2e559f06
+}
+_CARD_NOTES = ("cuDNN as the NeMo 26.06 container on the same PyTorch base",)
+
+
+def _pinned(raw: dict[str, Any], commit: str) -> dict[str, Any]:
+    """The run at *commit*'s releases."""
+    _, date, te = _PINS[commit]
+    raw["framework_release"] = {"megatron_core": date, "transformer_engine": te, "pytorch": _PYTORCH_2606}
+    raw["timing"]["cudnn_release"] = _CUDNN
+    return raw
+
+
+def _bf16(raw: dict[str, Any]) -> dict[str, Any]:
+    """`_perf_precision("bf16")` (bf16_mixed): BF16 GEMMs, no FP8 recipe, cache or parameter gathers."""
+    raw["timing"].update(matmul_dtype="bf16", fp8_param_gather=False)
+    raw["timing"].pop("fp8_recipe", None)
+    raw["training"].pop("fp8_cache", None)
+    return raw
+
+
+def _deepseek_v3_h100() -> dict[str, Any]:
+    """deepseek_v3_pretrain_1024gpu_h100_bf16_config (perf_recipes/deepseek/h100/deepseek_v3.py at 79308d0d9) over
+    recipes/deepseek/h100/deepseek_v3.py's config of the same name: TP 2 with SP, PP 8, VP 4, EP 64, GBS 16384,
+    MBS 1, selective recompute of mla_up_proj and mlp (`_deepseek_v3_common`: selective, router fusion, forced
+    balance), overlap_grad_reduce off, the parameter gathers overlapped with the optimizer step
+    (`_enable_overlap_param_gather_with_optimizer_step`), layout "Et|(tt|)*30mL", MTP 1 layer, HybridEP (the
+    base's `apply_flex_dispatcher_backend(..., "hybridep")` on a Hopper: flex, the shared expert's overlap off),
+    no TP communication overlap, no CUDA graphs (cuda_graph_impl "none"), BF16 moments."""
+    label = "DeepSeekV3 BF16 TP2 PP8 VP4 EP64 (1024 H100)"
+    layout = "Et|" + "tt|" * 30 + "mL"  # "Et|(tt|)*30mL": 32 virtual stages = PP 8 · VP 4
+    raw = _deepseek_v3_run(label, 1024, 16384, 1, {"pp": 8, "ep": 64}, layout, "h100-80gb", ["mla_up_proj", "mlp"])
+    raw["parallel"].update(tp=2, dp=1024 // (2 * 8), sequence_parallel=True)
+    raw["training"]["micro_batches"] = 16384 // (1024 // 16)
+    _bf16(raw)
+    raw["timing"].update(_flex("hybridep"), overlap_param_gather_with_optimizer_step=True)
+    raw["timing"]["overlap"] = {**_COMMON_TIMING["overlap"], "dp": 0.0}  # overlap_grad_reduce False
+    return {
+        "raw": _pinned(raw, "79308d0d9"),
+        "label": label,
+        "card": "deepseek-v3",
+        "gpu": "H100",
+        "commit": "79308d0d9",
+        "ms": 61756.130,
+        "notes": (
+            "routing balanced (forced)",
+            _BF16_MOMENTS,
+            "the card's base container nemo:26.08.rc5 (no public release list): PyTorch from the commit's "
+            "Dockerfile base",
+        ),
+    }
+
+
+def _gpt_oss_120b_gb200() -> dict[str, Any]:
+    """gpt_oss_120b_pretrain_64gpu_gb200_bf16_config (perf_recipes/gpt_oss/gb200/gpt_oss.py at a8038f6d9) over
+    recipes/gpt_oss/h100/gpt_oss.py `gpt_oss_120b_pretrain_64gpu_h100_bf16_config` (the alltoall dispatcher: its
+    flex backend is named but `apply_flex_dispatcher_backend` is not called; calculate_per_token_loss with
+    average_in_collective off): EP 64, GBS 1280, MBS 4, selective recompute of layernorm and moe_act, router
+    fusion, forced balance, the combined 1F1B with delay_wgrad_compute, no TP overlap, no CUDA graphs."""
+    label = "GPT-OSS 120B BF16 EP64 (64 GB200)"
+    raw = _gpt_oss_run(label, "26.04", "gb200", 64, 1280, 4, 1, 64, a2a_overlap=True)
+    raw["timing"].update(calculate_per_token_loss=True, ddp_average_in_collective=False)
+    return {
+        "raw": _pinned(raw, "a8038f6d9"),
+        "label": label,
+        "card": "gpt-oss-120b",
+        "gpu": "GB200",
+        "commit": "a8038f6d9",
+        "ms": 4995.630,
+        "notes": (
+            "routing balanced (forced)",
+            "the attention sinks' softmax offset priced as plain flash attention",
+            "the window at cuDNN 9.22's measured GB200 window-128 rate (sm100)",
+        ),
+    }
+
+
+def _qwen3_30b_h100_tuned() -> dict[str, Any]:
+    """qwen3_30b_a3b_pretrain_16gpu_h100_bf16_config at 3a9559f01 ("tune Qwen3 BF16 HybridEP on H100"): the
+    8198fd9cd recipe of the overlap-on row above plus moe_permute_fusion_into_hybridep (and HybridEP's combine
+    chunk of 64 tokens and the layernorm SM margins of 10, environment only)."""
+    label = "Qwen3 30B-A3B BF16 EP16 HybridEP EP-overlap permute-in-HybridEP (16 H100)"
+    raw = _qwen3_run(label, QWEN3_30B_A3B, 16, 1024, 1, {"ep": 16}, "h100-80gb", a2a_overlap=True)
+    _bf16(raw)
+    raw["timing"].update(delay_wgrad_compute=False, moe_permute_fusion_into_hybridep=True)
+    raw["timing"].update({**_flex("hybridep"), **_te_graphs(*_ROUTER)})
+    return {
+        "raw": _pinned(raw, "3a9559f01"),
+        "label": label,
+        "card": "qwen3-30b-a3b",
+        "gpu": "H100",
+        "commit": "3a9559f01",
+        "ms": 20147.290,
+        "notes": ("routing balanced (forced)", "HybridEP's combine chunk size (an environment variable) not priced"),
+    }
+
+
+# The cards' timed entries not priced, and why (printed by bench/public_runs.py).
+SKIPPED_CARDS: tuple[tuple[str, str], ...] = (
+    (
+        "Megatron-Bridge cards: Qwen3 30B-A3B MXFP8 GB200 / GB300 (and the GB300 weak-scaling points, 8-256 GPUs), "
+        "Qwen3 235B-A22B MXFP8 GB200 / GB300, GPT-OSS 120B MXFP8 GB300, DeepSeek-V3 MXFP8 GB200 / GB300",
+        "full-iteration graphs over paged expert stashes at a rank capacity of 1.5 (moe_paged_stash, "
+        "moe_expert_rank_capacity_factor: static expert shapes ppb cannot state), all but DeepSeek-V3 GB200 with "
+        "FP8 attention (fp8_dot_product_attention), which ppb does not price (`_enable_hybridep_full_iteration_"
+        "mxfp8` and its DeepSeek and GPT-OSS twins)",
+    ),
+    (
+        "Megatron-Bridge cards: Nemotron 3 Nano / Super / 3.5 Lightning, Nemotron 3 Nano Omni",
+        "hybrid Mamba models, which ppb does not describe (Super's GB300 entry is also NVFP4)",
+    ),
+    (
+        "Megatron-Bridge cards: DeepSeek-V4 Flash, GLM-5 / GLM-5.2 (DSA), Qwen3.6 35B-A3B and Qwen3.8 27B "
+        "(Gated DeltaNet), MiniMax M3, Step 3.5 Flash, K-EXAONE 2, Kimi K3",
+        "attention ppb does not describe (compressed / sparse / linear), or no timed entry on the card",
+    ),
+    (
+        "Megatron-Bridge cards: every sft, sft_long_context and peft entry; Gemma 3 / 4 (vision-language)",
+        "packed variable-length sequences or LoRA adapters, which a run config cannot state",
+    ),
+)
+
+
+def bridge_verification_rows() -> list[dict[str, Any]]:
+    """The cards' priced entries' fields for bench/public_runs.py's PublicRun."""
+    rows = []
+    for entry in (_deepseek_v3_h100(), _gpt_oss_120b_gb200(), _qwen3_30b_h100_tuned()):
+        raw = entry["raw"]
+        ms = entry["ms"]
+        rows.append(
+            {
+                "name": f"Megatron-Bridge card {entry['label']}",
+                "source": BRIDGE_VERIFICATION,
+                "raw": raw,
+                "published": f"{entry['card']} pretrain_performance.{entry['gpu']} at {entry['commit']}: "
+                f"{ms:,.3f} ms a step (steps 41-50)",
+                "seconds": ms / 1000.0,
+                "assumptions": (*entry["notes"], *_CARD_NOTES),
             }
         )
     return rows

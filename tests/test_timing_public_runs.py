@@ -342,6 +342,46 @@ def test_megatron_bridge_card_rows_take_the_h100_recipe_with_only_the_overlap_ch
     assert sorted(row.seconds for row in rows) == [pytest.approx(20.99203), pytest.approx(24.7138)]
 
 
+def test_megatron_bridge_verification_card_rows_take_each_commit_s_perf_recipe(public):
+    rows = {row.name: row for row in public.public_runs() if row.source == public.BRIDGE_VERIFICATION}
+    runs = {name: public.config(row) for name, row in rows.items()}
+    assert len(runs) == 3
+    # deepseek_v3_pretrain_1024gpu_h100_bf16_config at 79308d0d9: TP 2, PP 8, VP 4, EP 64 on 1024 H100, so
+    # DP = 1024 / (2 · 8) = 64 and GBS 16384 / (MBS 1 · 64) = 256 micro-batches; SP on, overlap_grad_reduce off,
+    # gathers with the optimizer step, HybridEP (apply_flex_dispatcher_backend on a Hopper), BF16 GEMMs
+    deepseek = runs["Megatron-Bridge card DeepSeekV3 BF16 TP2 PP8 VP4 EP64 (1024 H100)"]
+    assert (deepseek.parallel.dp, deepseek.parallel.tp, deepseek.parallel.pp, deepseek.parallel.vpp) == (64, 2, 8, 4)
+    assert (deepseek.parallel.ep, deepseek.training.micro_batches) == (64, 256)
+    assert deepseek.parallel.sequence_parallel and deepseek.timing.overlap.dp == 0.0
+    assert deepseek.timing.overlap_param_gather_with_optimizer_step
+    assert (deepseek.timing.moe_dispatcher, deepseek.timing.matmul_dtype) == ("hybridep", "bf16")
+    # gpt_oss_120b_pretrain_64gpu_gb200_bf16_config at a8038f6d9: EP 64 on 64 GB200, DP 64, GBS 1280 / (MBS 4 · 64)
+    # = 5; the base recipe's alltoall and per-token loss (average_in_collective off); the combined 1F1B
+    gpt_oss = runs["Megatron-Bridge card GPT-OSS 120B BF16 EP64 (64 GB200)"]
+    assert (gpt_oss.parallel.dp, gpt_oss.parallel.ep, gpt_oss.training.micro_batches) == (64, 64, 5)
+    assert gpt_oss.timing.moe_dispatcher == "alltoall" and gpt_oss.timing.calculate_per_token_loss
+    assert gpt_oss.parallel.overlap_moe_expert_parallel_comm and gpt_oss.timing.delay_wgrad_compute
+    # Qwen3 30B at 3a9559f01: the 8198fd9cd H100 recipe (DP 16, 1024 / 16 = 64) plus permute fusion in HybridEP
+    qwen = runs["Megatron-Bridge card Qwen3 30B-A3B BF16 EP16 HybridEP EP-overlap permute-in-HybridEP (16 H100)"]
+    assert (qwen.parallel.dp, qwen.parallel.ep, qwen.training.micro_batches) == (16, 16, 64)
+    assert qwen.timing.moe_permute_fusion_into_hybridep and not qwen.timing.delay_wgrad_compute
+    # releases: each commit's Megatron-LM submodule date (14346b65a2 2026-08-12, d12f6c8c9a 2026-08-08, cd4afffa64
+    # 2026-07-25), uv.lock's TE (2.18.0+e7c550c5, 2.17.1, 2.17.0+2e559f06), the pytorch:26.06 base's 2.12.0a0
+    releases = [
+        (run.framework_release.megatron_core, run.framework_release.transformer_engine) for run in runs.values()
+    ]
+    assert releases == [("2026-08-12", "2.18"), ("2026-08-08", "2.17"), ("2026-07-25", "2.17")]
+    assert {run.framework_release.pytorch for run in runs.values()} == {"2.12.0a0"}
+    # seconds: the card's last_10_steps_step_time_ms_avg / 1000 (61,756.130; 4,995.630; 20,147.290 ms), which the
+    # card's own tokens/s per GPU agree with: GBS · 4096 / (GPUs · s) = 16384 · 4096 / (1024 · 61.75613) = 1,061.2,
+    # 1280 · 4096 / (64 · 4.99563) = 16,398.3, 1024 · 4096 / (16 · 20.14729) = 13,011.4
+    seconds = [row.seconds for row in rows.values()]
+    assert seconds == [pytest.approx(61.75613), pytest.approx(4.99563), pytest.approx(20.14729)]
+    published = [(16384, 1024, 1061.206), (1280, 64, 16398.332), (1024, 16, 13011.378)]
+    for (gbs, gpus, tokens), s in zip(published, seconds, strict=True):
+        assert gbs * 4096 / (gpus * s) == pytest.approx(tokens, rel=1e-5)
+
+
 def test_every_row_runs_and_the_mean_error_stays_bounded(public):
     results = public.evaluate()
     assert len(results) == len(public.public_runs())
