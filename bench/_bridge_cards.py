@@ -33,6 +33,7 @@ from _nemo import (
     _BF16_MOMENTS,
     _COMMON_TIMING,
     _ROUTER,
+    CUDNN_2604,
     QWEN3_30B_A3B,
     _deepseek_v3_run,
     _flex,
@@ -107,15 +108,21 @@ _PINS: dict[str, tuple[str, str, str]] = {
     "79308d0d9": ("14346b65a2", "2026-08-12", "2.18"),  # uv.lock 2.18.0+e7c550c5
     "a8038f6d9": ("d12f6c8c9a", "2026-08-08", "2.17"),  # uv.lock 2.17.1
     "3a9559f01": ("cd4afffa64", "2026-07-25", "2.17"),  # uv.lock 2.17.0+2e559f06
+    "5b9d9cf50": ("61f31145df", "2026-07-17", "2.17"),  # uv.lock 2.17.0+2e559f06
+    "619cc20bd": ("adfb8ec792", "2026-07-20", "2.17"),  # uv.lock 2.17.0+2e559f06
 }
+# The cards whose verification_environment names a PyTorch container, not a NeMo one, ran that container's PyTorch:
+# nvcr.io/nvidia/pytorch:26.04-py3, PyTorch 2.11.0a0 with cuDNN 9.20.0.48 (as NeMo 26.04, built on it, states them:
+# bench/_nemo.py RELEASES_2604, CUDNN_2604).
+_PYTORCH_2604 = ("2.11.0a0", CUDNN_2604)
 _CARD_NOTES = ("cuDNN as the NeMo 26.06 container on the same PyTorch base",)
 
 
-def _pinned(raw: dict[str, Any], commit: str) -> dict[str, Any]:
-    """The run at *commit*'s releases."""
+def _pinned(raw: dict[str, Any], commit: str, pytorch: tuple[str, str] = (_PYTORCH_2606, _CUDNN)) -> dict[str, Any]:
+    """The run at *commit*'s releases in the container of *pytorch* (its PyTorch and cuDNN)."""
     _, date, te = _PINS[commit]
-    raw["framework_release"] = {"megatron_core": date, "transformer_engine": te, "pytorch": _PYTORCH_2606}
-    raw["timing"]["cudnn_release"] = _CUDNN
+    raw["framework_release"] = {"megatron_core": date, "transformer_engine": te, "pytorch": pytorch[0]}
+    raw["timing"]["cudnn_release"] = pytorch[1]
     return raw
 
 
@@ -141,7 +148,10 @@ def _deepseek_v3_h100() -> dict[str, Any]:
     raw["parallel"].update(tp=2, dp=1024 // (2 * 8), sequence_parallel=True)
     raw["training"]["micro_batches"] = 16384 // (1024 // 16)
     _bf16(raw)
-    raw["timing"].update(_flex("hybridep"), overlap_param_gather_with_optimizer_step=True)
+    # `_pretrain_common`'s average_in_collective, which neither recipe changes
+    raw["timing"].update(
+        _flex("hybridep"), overlap_param_gather_with_optimizer_step=True, ddp_average_in_collective=True
+    )
     raw["timing"]["overlap"] = {**_COMMON_TIMING["overlap"], "dp": 0.0}  # overlap_grad_reduce False
     return {
         "raw": _pinned(raw, "79308d0d9"),
@@ -190,7 +200,9 @@ def _qwen3_30b_h100_tuned() -> dict[str, Any]:
     label = "Qwen3 30B-A3B BF16 EP16 HybridEP EP-overlap permute-in-HybridEP (16 H100)"
     raw = _qwen3_run(label, QWEN3_30B_A3B, 16, 1024, 1, {"ep": 16}, "h100-80gb", a2a_overlap=True)
     _bf16(raw)
-    raw["timing"].update(delay_wgrad_compute=False, moe_permute_fusion_into_hybridep=True)
+    raw["timing"].update(
+        delay_wgrad_compute=False, moe_permute_fusion_into_hybridep=True, ddp_average_in_collective=True
+    )
     raw["timing"].update({**_flex("hybridep"), **_te_graphs(*_ROUTER)})
     return {
         "raw": _pinned(raw, "3a9559f01"),
@@ -200,6 +212,81 @@ def _qwen3_30b_h100_tuned() -> dict[str, Any]:
         "commit": "3a9559f01",
         "ms": 20147.290,
         "notes": ("routing balanced (forced)", "HybridEP's combine chunk size (an environment variable) not priced"),
+    }
+
+
+# ---- The cards' `pretrain` entries: bounded 100-step runs on real data (RP2 head_01, a SentencePiece tokenizer; the
+# model's vocabulary kept: training/setup.py `_validate_and_set_vocab_size` keeps a preset vocabulary at least the
+# tokenizer's), the recipe as recipes/<family>/h100/<model>.py states it at the entry's bridge_commit over
+# recipes/common.py `_pretrain_common` (distributed optimizer, gradient reduce-scatter and parameter all-gathers
+# overlapped, average_in_collective), with the card command's overrides: NaN checks on gradients and loss, the
+# large-gradient check, natural routing (moe_router_force_load_balancing false). The card calls their timing a
+# sanity check, not a tuned result; measured is measured, so they are priced as the perf entries are.
+_FUNCTIONAL = (
+    "ddp.check_for_large_grads (a gradient-norm check beside the NaN check) not priced",
+    "the step-50 and step-100 checkpoint saves outside the timed iterations",
+)
+_NATURAL = "natural routing (force_load_balancing false) priced balanced: the imbalance is not stated"
+# Qwen/Qwen3-8B config.json: 36 layers of hidden 4096, 32 query and 8 key-value heads of 128 with q/k RMSNorm,
+# SwiGLU 12288, untied embeddings of 151,936
+QWEN3_8B = {
+    "vocab_size": 151936,
+    "hidden_size": 4096,
+    "num_layers": 36,
+    "num_attention_heads": 32,
+    "num_key_value_heads": 8,
+    "head_dim": 128,
+    "qk_norm": True,
+    "intermediate_size": 12288,
+    "max_position_embeddings": 40960,
+}
+
+
+def _functional(raw: dict[str, Any]) -> dict[str, Any]:
+    """The card command's checks and `_pretrain_common`'s DDP averaging on a BF16 run."""
+    _bf16(raw)
+    raw["timing"].update(check_for_nan_in_grad=True, ddp_average_in_collective=True)
+    return raw
+
+
+def _qwen3_8b_h100() -> dict[str, Any]:
+    """qwen3_8b_pretrain_16gpu_h100_bf16_config (recipes/qwen/h100/qwen3.py at 619cc20bd) over its 4-GPU config: TP 1,
+    PP 1, CP 1, DP 16, GBS 1024, MBS 1, bf16_mixed with BF16 gradient reduction, no recompute, TE, no CUDA graphs,
+    TE's fused cross-entropy; rope fusion and bias_activation_fusion left at Megatron-Core's default (off)."""
+    label = "Qwen3 8B BF16 DP16 (16 H100)"
+    raw = _qwen3_run(label, QWEN3_30B_A3B, 16, 1024, 1, {}, "h100-80gb", a2a_overlap=False)
+    raw["models"] = [{"name": "llm", "spec": QWEN3_8B, "pad_vocab_multiple": 1}]
+    del raw["parallel"]["ep"], raw["parallel"]["etp"], raw["training"]["moe"]
+    raw["timing"].update(rope_fusion=False, delay_wgrad_compute=False)
+    return {
+        "raw": _pinned(_functional(raw), "619cc20bd", _PYTORCH_2604),
+        "label": label,
+        "card": "qwen3-8b",
+        "item": "pretrain",
+        "gpu": "H100",
+        "commit": "619cc20bd",
+        "ms": 25070.320,
+        "notes": (*_FUNCTIONAL, "SwiGLU unfused (bias_activation_fusion off) priced as the fused kernel"),
+    }
+
+
+def _qwen3_30b_h100_functional() -> dict[str, Any]:
+    """recipes/qwen/h100/qwen3_moe.py `qwen3_30b_a3b_pretrain_16gpu_h100_bf16_config` at 5b9d9cf50 (the card's
+    `qwen3_30b_a3b_pretrain_config` alias): EP 16, DP 16, GBS 1024, MBS 1, BF16 gradient reduction, no recompute,
+    rope, bias-activation and router fusion, HybridEP on 32 SMs, no combined 1F1B, TE graphs of the router."""
+    label = "Qwen3 30B-A3B BF16 EP16 HybridEP natural routing (16 H100)"
+    raw = _qwen3_run(label, QWEN3_30B_A3B, 16, 1024, 1, {"ep": 16}, "h100-80gb", a2a_overlap=False)
+    raw["training"]["moe"]["router"]["force_balance"] = False
+    raw["timing"].update({**_flex("hybridep"), **_te_graphs(*_ROUTER)})
+    return {
+        "raw": _pinned(_functional(raw), "5b9d9cf50"),
+        "label": label,
+        "card": "qwen3-30b-a3b",
+        "item": "pretrain",
+        "gpu": "H100",
+        "commit": "5b9d9cf50",
+        "ms": 30289.550,
+        "notes": (_NATURAL, *_FUNCTIONAL),
     }
 
 
@@ -232,7 +319,8 @@ SKIPPED_CARDS: tuple[tuple[str, str], ...] = (
 def bridge_verification_rows() -> list[dict[str, Any]]:
     """The cards' priced entries' fields for bench/public_runs.py's PublicRun."""
     rows = []
-    for entry in (_deepseek_v3_h100(), _gpt_oss_120b_gb200(), _qwen3_30b_h100_tuned()):
+    entries = (_deepseek_v3_h100(), _gpt_oss_120b_gb200(), _qwen3_30b_h100_tuned())
+    for entry in (*entries, _qwen3_8b_h100(), _qwen3_30b_h100_functional()):
         raw = entry["raw"]
         ms = entry["ms"]
         rows.append(
@@ -240,7 +328,8 @@ def bridge_verification_rows() -> list[dict[str, Any]]:
                 "name": f"Megatron-Bridge card {entry['label']}",
                 "source": BRIDGE_VERIFICATION,
                 "raw": raw,
-                "published": f"{entry['card']} pretrain_performance.{entry['gpu']} at {entry['commit']}: "
+                "published": f"{entry['card']} {entry.get('item', 'pretrain_performance')}.{entry['gpu']} at "
+                f"{entry['commit']}: "
                 f"{ms:,.3f} ms a step (steps 41-50)",
                 "seconds": ms / 1000.0,
                 "assumptions": (*entry["notes"], *_CARD_NOTES),

@@ -345,7 +345,7 @@ def test_megatron_bridge_card_rows_take_the_h100_recipe_with_only_the_overlap_ch
 def test_megatron_bridge_verification_card_rows_take_each_commit_s_perf_recipe(public):
     rows = {row.name: row for row in public.public_runs() if row.source == public.BRIDGE_VERIFICATION}
     runs = {name: public.config(row) for name, row in rows.items()}
-    assert len(runs) == 3
+    assert len(runs) == 5
     # deepseek_v3_pretrain_1024gpu_h100_bf16_config at 79308d0d9: TP 2, PP 8, VP 4, EP 64 on 1024 H100, so
     # DP = 1024 / (2 · 8) = 64 and GBS 16384 / (MBS 1 · 64) = 256 micro-batches; SP on, overlap_grad_reduce off,
     # gathers with the optimizer step, HybridEP (apply_flex_dispatcher_backend on a Hopper), BF16 GEMMs
@@ -370,14 +370,34 @@ def test_megatron_bridge_verification_card_rows_take_each_commit_s_perf_recipe(p
     releases = [
         (run.framework_release.megatron_core, run.framework_release.transformer_engine) for run in runs.values()
     ]
-    assert releases == [("2026-08-12", "2.18"), ("2026-08-08", "2.17"), ("2026-07-25", "2.17")]
-    assert {run.framework_release.pytorch for run in runs.values()} == {"2.12.0a0"}
+    assert releases[:3] == [("2026-08-12", "2.18"), ("2026-08-08", "2.17"), ("2026-07-25", "2.17")]
+    assert {run.framework_release.pytorch for run in list(runs.values())[:3]} == {"2.12.0a0"}
+    # the pretrain entries (bounded runs on real data): Qwen3 8B at 619cc20bd, TP 1 on 16 H100, so DP 16 and 1024 /
+    # (1 · 16) = 64 micro-batches, dense, NaN checks on (the card's command), rope fusion at Megatron-Core's default
+    # off; in the card's container pytorch:26.04-py3 (PyTorch 2.11.0a0, cuDNN 9.20), at submodule adfb8ec792
+    # (2026-07-20)
+    dense = runs["Megatron-Bridge card Qwen3 8B BF16 DP16 (16 H100)"]
+    assert (dense.parallel.dp, dense.parallel.tp, dense.training.micro_batches) == (16, 1, 64)
+    assert dense.timing.check_for_nan_in_grad and not dense.timing.rope_fusion
+    assert (dense.framework_release.megatron_core, dense.framework_release.pytorch) == ("2026-07-20", "2.11.0a0")
+    assert dense.timing.cudnn_version == (9, 20) and dense.timing.ddp_average_in_collective
+    # Qwen3 30B at 5b9d9cf50 (submodule 61f31145df, 2026-07-17): EP 16, DP 16, 64 micro-batches, no combined
+    # 1F1B, HybridEP, natural routing (the card's moe_router_force_load_balancing=false)
+    natural = runs["Megatron-Bridge card Qwen3 30B-A3B BF16 EP16 HybridEP natural routing (16 H100)"]
+    assert (natural.parallel.dp, natural.parallel.ep, natural.training.micro_batches) == (16, 16, 64)
+    assert not natural.parallel.overlap_moe_expert_parallel_comm and natural.timing.moe_dispatcher == "hybridep"
+    assert not natural.training.moe.router.force_balance and natural.timing.check_for_nan_in_grad
+    assert natural.framework_release.megatron_core == "2026-07-17"
     # seconds: the card's last_10_steps_step_time_ms_avg / 1000 (61,756.130; 4,995.630; 20,147.290 ms), which the
     # card's own tokens/s per GPU agree with: GBS · 4096 / (GPUs · s) = 16384 · 4096 / (1024 · 61.75613) = 1,061.2,
     # 1280 · 4096 / (64 · 4.99563) = 16,398.3, 1024 · 4096 / (16 · 20.14729) = 13,011.4
+    # and 25,070.320 and 30,289.550 ms / 1000: 1024 · 4096 / (16 · 25.07032) = 10,456.3 and
+    # 1024 · 4096 / (16 · 30.28955) = 8,654.6, as the card states
     seconds = [row.seconds for row in rows.values()]
-    assert seconds == [pytest.approx(61.75613), pytest.approx(4.99563), pytest.approx(20.14729)]
-    published = [(16384, 1024, 1061.206), (1280, 64, 16398.332), (1024, 16, 13011.378)]
+    stated = [61.75613, 4.99563, 20.14729, 25.07032, 30.28955]
+    assert seconds == [pytest.approx(value) for value in stated]
+    published = [(16384, 1024, 1061.206), (1280, 64, 16398.332), (1024, 16, 13011.378), (1024, 16, 10456.348)]
+    published.append((1024, 16, 8654.602))
     for (gbs, gpus, tokens), s in zip(published, seconds, strict=True):
         assert gbs * 4096 / (gpus * s) == pytest.approx(tokens, rel=1e-5)
 
