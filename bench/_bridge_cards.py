@@ -34,6 +34,7 @@ from _nemo import (
     _COMMON_TIMING,
     _ROUTER,
     CUDNN_2604,
+    KIMI_K2,
     QWEN3_30B_A3B,
     _deepseek_v3_run,
     _flex,
@@ -110,6 +111,7 @@ _PINS: dict[str, tuple[str, str, str]] = {
     "3a9559f01": ("cd4afffa64", "2026-07-25", "2.17"),  # uv.lock 2.17.0+2e559f06
     "5b9d9cf50": ("61f31145df", "2026-07-17", "2.17"),  # uv.lock 2.17.0+2e559f06
     "619cc20bd": ("adfb8ec792", "2026-07-20", "2.17"),  # uv.lock 2.17.0+2e559f06
+    "411c6b1dc": ("58bf14e9e6", "2026-07-21", "2.17"),  # uv.lock 2.17.0+2e559f06
 }
 # The cards whose verification_environment names a PyTorch container, not a NeMo one, ran that container's PyTorch:
 # nvcr.io/nvidia/pytorch:26.04-py3, PyTorch 2.11.0a0 with cuDNN 9.20.0.48 (as NeMo 26.04, built on it, states them:
@@ -290,6 +292,87 @@ def _qwen3_30b_h100_functional() -> dict[str, Any]:
     }
 
 
+def _gpt_oss_120b_h100_functional() -> dict[str, Any]:
+    """recipes/gpt_oss/h100/gpt_oss.py `gpt_oss_120b_pretrain_64gpu_h100_bf16_config` at a8038f6d9 (the card's
+    `gpt_oss_120b_pretrain_config` alias; the card's verification_environment commit, the entry names none): TP 2 with
+    SP, PP 4, EP 16 on 64 H100, so DP 8; GBS 512, MBS 1; the alltoall dispatcher, no router fusion, permute fusion,
+    no recompute, no CUDA graphs, no TP overlap (comm_overlap None); per-token loss with average_in_collective off;
+    `_pretrain_common`'s bf16_mixed with FP32 gradient reduction (ddp.grad_reduce_in_fp32 True); the native
+    cross-entropy the recipe names; rope fusion at Megatron-Core's default (off)."""
+    label = "GPT-OSS 120B BF16 TP2 PP4 EP16 natural routing (64 H100)"
+    raw = _gpt_oss_run(label, "26.04", "h100-80gb", 64, 512, 1, 4, 16, recompute=False)
+    raw["parallel"].update(tp=2, dp=64 // (2 * 4), sequence_parallel=True)
+    raw["training"].update(micro_batches=512 // (64 // 8), grad_bytes=4)
+    raw["training"]["moe"]["router"].update(fusion=False, force_balance=False)
+    raw["timing"].update(cross_entropy_fusion_impl="native", rope_fusion=False, calculate_per_token_loss=True)
+    _functional(raw)
+    raw["timing"]["ddp_average_in_collective"] = False
+    return {
+        "raw": _pinned(raw, "a8038f6d9"),
+        "label": label,
+        "card": "gpt-oss-120b",
+        "item": "pretrain",
+        "gpu": "H100",
+        "commit": "a8038f6d9",
+        "ms": 16664.930,
+        "notes": (
+            _NATURAL,
+            *_FUNCTIONAL,
+            "the attention sinks' softmax offset priced as plain flash attention",
+            "YaRN rotary unfused priced as ppb's unfused rope",
+        ),
+    }
+
+
+# moonshotai/Moonlight-16B-A3B (DeepseekV3ForCausalLM; Megatron-Bridge's DeepSeekV3Bridge): 27 layers of hidden 2048,
+# the first dense (SwiGLU 11264), 26 of 64 routed experts of 1408 with 2 shared, top 6 by sigmoid scores with expert
+# bias and top-k scaling 2.446 in one group, MLA with 16 heads, no query LoRA, KV rank 512, head dims 128 + 64 / 128,
+# untied embeddings of 163,840, no MTP (tests/unit_tests/recipes/test_moonlight_recipes.py at 411c6b1dc: vocabulary,
+# q_lora_rank None, 64 experts, top 6, group top-k 1, scaling 2.446; the card's 27 layers and [163842, 2048] output
+# head (the SFT tokenizer's two added tokens); the other sizes the model's config.json)
+MOONLIGHT_16B = {
+    **{key: KIMI_K2[key] for key in ("family", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim", "kv_lora_rank")},
+    "vocab_size": 163840,
+    "hidden_size": 2048,
+    "num_layers": 27,
+    "num_attention_heads": 16,
+    "num_key_value_heads": 16,
+    "intermediate_size": 11264,
+    "max_position_embeddings": 8192,
+    "q_lora_rank": 0,
+    "num_experts": 64,
+    "experts_per_token": 6,
+    "moe_intermediate_size": 1408,
+    "shared_experts": 2,
+    "first_dense_layers": 1,
+    "expert_groups": 1,
+    "expert_group_limit": 1,
+}
+
+
+def _moonlight_h100() -> dict[str, Any]:
+    """recipes/moonlight/h100/moonlight_16b.py `moonlight_16b_pretrain_16gpu_h100_bf16_config` at 411c6b1dc over its
+    8-GPU config: TP 1, PP 1, EP 8 on 16 H100 (DP 16), GBS 1024, MBS 2, no recompute, router fusion, permute fusion,
+    HybridEP on 32 SMs (moe_flex_dispatcher_num_sms), the combined 1F1B with delay_wgrad_compute, BF16 gradients,
+    main gradients and moments, average_in_collective; rope fusion off (DeepSeekV3Bridge), TE's cross-entropy."""
+    label = "Moonlight 16B-A3B BF16 EP8 HybridEP EP-overlap natural routing (16 H100)"
+    raw = _deepseek_v3_run(label, 16, 1024, 2, {"pp": 1, "ep": 8}, "", "h100-80gb", [], a2a_overlap=True)
+    raw["models"] = [{"name": "llm", "spec": MOONLIGHT_16B, "pad_vocab_multiple": 1}]
+    del raw["parallel"]["layout"], raw["training"]["recompute"]
+    raw["training"]["moe"]["router"]["force_balance"] = False
+    raw["timing"].update(_flex("hybridep"), rope_fusion=False)
+    return {
+        "raw": _pinned(_functional(raw), "411c6b1dc", _PYTORCH_2604),
+        "label": label,
+        "card": "moonlight-16b-a3b",
+        "item": "pretrain",
+        "gpu": "H100",
+        "commit": "411c6b1dc",
+        "ms": 11636.350,
+        "notes": (_NATURAL, *_FUNCTIONAL, _BF16_MOMENTS),
+    }
+
+
 # The cards' timed entries not priced, and why (printed by bench/public_runs.py).
 SKIPPED_CARDS: tuple[tuple[str, str], ...] = (
     (
@@ -299,6 +382,20 @@ SKIPPED_CARDS: tuple[tuple[str, str], ...] = (
         "moe_expert_rank_capacity_factor: static expert shapes ppb cannot state), all but DeepSeek-V3 GB200 with "
         "FP8 attention (fp8_dot_product_attention), which ppb does not price (`_enable_hybridep_full_iteration_"
         "mxfp8` and its DeepSeek and GPT-OSS twins)",
+    ),
+    (
+        "Megatron-Bridge cards: Qwen3 30B-A3B MXFP8 pretrain / checkpoint_resume (8 GB200, "
+        "qwen3_30b_a3b_pretrain_8gpu_gb200_fp8mx_functional_config)",
+        "FP8 attention (fp8_dot_product_attention), which ppb does not price",
+    ),
+    (
+        "Megatron-Bridge cards: every checkpoint_resume entry",
+        "its pretrain entry's recipe resumed at step 50 (train.empty_unused_memory_level 2 added): priced once, as "
+        "the pretrain entry",
+    ),
+    (
+        "Megatron-Bridge cards: GPT-OSS 20B pretrain (16 H100)",
+        "gpt_oss_20b_pretrain_16gpu_h100_bf16_config's settings not read this session (not priced, not judged)",
     ),
     (
         "Megatron-Bridge cards: Nemotron 3 Nano / Super / 3.5 Lightning, Nemotron 3 Nano Omni",
@@ -320,7 +417,8 @@ def bridge_verification_rows() -> list[dict[str, Any]]:
     """The cards' priced entries' fields for bench/public_runs.py's PublicRun."""
     rows = []
     entries = (_deepseek_v3_h100(), _gpt_oss_120b_gb200(), _qwen3_30b_h100_tuned())
-    for entry in (*entries, _qwen3_8b_h100(), _qwen3_30b_h100_functional()):
+    functional = (_qwen3_8b_h100(), _qwen3_30b_h100_functional(), _gpt_oss_120b_h100_functional(), _moonlight_h100())
+    for entry in (*entries, *functional):
         raw = entry["raw"]
         ms = entry["ms"]
         rows.append(

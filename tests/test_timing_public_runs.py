@@ -345,7 +345,7 @@ def test_megatron_bridge_card_rows_take_the_h100_recipe_with_only_the_overlap_ch
 def test_megatron_bridge_verification_card_rows_take_each_commit_s_perf_recipe(public):
     rows = {row.name: row for row in public.public_runs() if row.source == public.BRIDGE_VERIFICATION}
     runs = {name: public.config(row) for name, row in rows.items()}
-    assert len(runs) == 5
+    assert len(runs) == 7
     # deepseek_v3_pretrain_1024gpu_h100_bf16_config at 79308d0d9: TP 2, PP 8, VP 4, EP 64 on 1024 H100, so
     # DP = 1024 / (2 · 8) = 64 and GBS 16384 / (MBS 1 · 64) = 256 micro-batches; SP on, overlap_grad_reduce off,
     # gathers with the optimizer step, HybridEP (apply_flex_dispatcher_backend on a Hopper), BF16 GEMMs
@@ -393,11 +393,26 @@ def test_megatron_bridge_verification_card_rows_take_each_commit_s_perf_recipe(p
     # 1280 · 4096 / (64 · 4.99563) = 16,398.3, 1024 · 4096 / (16 · 20.14729) = 13,011.4
     # and 25,070.320 and 30,289.550 ms / 1000: 1024 · 4096 / (16 · 25.07032) = 10,456.3 and
     # 1024 · 4096 / (16 · 30.28955) = 8,654.6, as the card states
+    # GPT-OSS 120B at a8038f6d9: TP 2, PP 4 on 64 H100, so DP = 64 / (2 · 4) = 8 and GBS 512 / (MBS 1 · 8) = 64;
+    # EP 16, SP on, FP32 gradient reduction (`_pretrain_common`'s ddp.grad_reduce_in_fp32), per-token loss
+    gpt_h100 = runs["Megatron-Bridge card GPT-OSS 120B BF16 TP2 PP4 EP16 natural routing (64 H100)"]
+    assert (gpt_h100.parallel.dp, gpt_h100.parallel.tp, gpt_h100.parallel.pp, gpt_h100.parallel.ep) == (8, 2, 4, 16)
+    assert gpt_h100.training.micro_batches == 64 and gpt_h100.training.grad_bytes == 4
+    assert gpt_h100.parallel.sequence_parallel and gpt_h100.timing.calculate_per_token_loss
+    assert not gpt_h100.timing.ddp_average_in_collective and gpt_h100.timing.moe_dispatcher == "alltoall"
+    # Moonlight at 411c6b1dc: EP 8 on 16 H100 (DP 16), GBS 1024 / (MBS 2 · 16) = 32; 27 layers, 64 experts top 6
+    moonlight = runs["Megatron-Bridge card Moonlight 16B-A3B BF16 EP8 HybridEP EP-overlap natural routing (16 H100)"]
+    assert (moonlight.parallel.dp, moonlight.parallel.ep, moonlight.training.micro_batches) == (16, 8, 32)
+    assert moonlight.parallel.overlap_moe_expert_parallel_comm and moonlight.timing.delay_wgrad_compute
+    assert moonlight.timing.moe_dispatcher == "hybridep" and moonlight.timing.moe_flex_dispatcher_num_sms == 32
+    assert moonlight.framework_release.megatron_core == "2026-07-21"
     seconds = [row.seconds for row in rows.values()]
-    stated = [61.75613, 4.99563, 20.14729, 25.07032, 30.28955]
+    stated = [61.75613, 4.99563, 20.14729, 25.07032, 30.28955, 16.66493, 11.63635]
     assert seconds == [pytest.approx(value) for value in stated]
     published = [(16384, 1024, 1061.206), (1280, 64, 16398.332), (1024, 16, 13011.378), (1024, 16, 10456.348)]
     published.append((1024, 16, 8654.602))
+    # 512 · 4096 / (64 · 16.66493) = 1,966.3 and 1024 · 4096 / (16 · 11.63635) = 22,528.0, as the cards state
+    published += [(512, 64, 1966.285), (1024, 16, 22528.026)]
     for (gbs, gpus, tokens), s in zip(published, seconds, strict=True):
         assert gbs * 4096 / (gpus * s) == pytest.approx(tokens, rel=1e-5)
 
