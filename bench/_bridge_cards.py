@@ -1,6 +1,18 @@
 """Megatron-Bridge's own measured runs of its recipes, as run configs for bench/public_runs.py.
 
-One matched pair: Megatron-Core's combined 1F1B (`overlap_moe_expert_parallel_comm`) off and on under the flex
+Two sources, one group ("Megatron-Bridge cards"). First, the model verification cards
+(examples/model_verification_cards/*/card.yaml at 067f987df, 23 cards): every timed entry of a model ppb can state
+(dense, GQA, MoE and MLA decoders) at its own bridge_commit's recipe, `bridge_verification_rows` below: the tuned
+`pretrain_performance` entries and the bounded `pretrain` runs on real data. Not priced, and why (`SKIPPED_CARDS`,
+printed by bench/public_runs.py): hybrid Mamba models (Nemotron 3 / 3.5); attention ppb does not describe
+(DeepSeek-V4's compressed attention, GLM-5's DSA, Qwen3.5's Gated DeltaNet); FP8 attention and full-iteration graphs
+over paged expert stashes at a fixed rank capacity (every MXFP8 Blackwell entry of Qwen3, GPT-OSS and DeepSeek-V3);
+NVFP4 (Nemotron 3 Super GB300); SFT and PEFT entries (packed variable-length sequences, LoRA); vision-language
+cards (Gemma); checkpoint_resume entries (their pretrain entry's recipe, priced once). Unstated settings are flagged
+in each row's assumptions (natural routing priced balanced, the large-gradient check, unfused kernels ppb prices
+fused).
+
+Second, one matched pair: Megatron-Core's combined 1F1B (`overlap_moe_expert_parallel_comm`) off and on under the flex
 dispatcher's HybridEP backend, Qwen3 30B-A3B in BF16 on 16 H100 (NVIDIA-NeMo/Megatron-Bridge 7ded17dae,
 2026-07-25, "perf(recipe): overlap Qwen3 expert communication on H100"):
 - on: examples/model_verification_cards/qwen3-30b-a3b/card.yaml, the H100 entry of the performance recipe
@@ -112,6 +124,7 @@ _PINS: dict[str, tuple[str, str, str]] = {
     "5b9d9cf50": ("61f31145df", "2026-07-17", "2.17"),  # uv.lock 2.17.0+2e559f06
     "619cc20bd": ("adfb8ec792", "2026-07-20", "2.17"),  # uv.lock 2.17.0+2e559f06
     "411c6b1dc": ("58bf14e9e6", "2026-07-21", "2.17"),  # uv.lock 2.17.0+2e559f06
+    "6799f0997": ("d12f6c8c9a", "2026-08-08", "2.17"),  # uv.lock 2.17.1
 }
 # The cards whose verification_environment names a PyTorch container, not a NeMo one, ran that container's PyTorch:
 # nvcr.io/nvidia/pytorch:26.04-py3, PyTorch 2.11.0a0 with cuDNN 9.20.0.48 (as NeMo 26.04, built on it, states them:
@@ -292,35 +305,92 @@ def _qwen3_30b_h100_functional() -> dict[str, Any]:
     }
 
 
-def _gpt_oss_120b_h100_functional() -> dict[str, Any]:
-    """recipes/gpt_oss/h100/gpt_oss.py `gpt_oss_120b_pretrain_64gpu_h100_bf16_config` at a8038f6d9 (the card's
-    `gpt_oss_120b_pretrain_config` alias; the card's verification_environment commit, the entry names none): TP 2 with
-    SP, PP 4, EP 16 on 64 H100, so DP 8; GBS 512, MBS 1; the alltoall dispatcher, no router fusion, permute fusion,
-    no recompute, no CUDA graphs, no TP overlap (comm_overlap None); per-token loss with average_in_collective off;
-    `_pretrain_common`'s bf16_mixed with FP32 gradient reduction (ddp.grad_reduce_in_fp32 True); the native
-    cross-entropy the recipe names; rope fusion at Megatron-Core's default (off)."""
-    label = "GPT-OSS 120B BF16 TP2 PP4 EP16 natural routing (64 H100)"
-    raw = _gpt_oss_run(label, "26.04", "h100-80gb", 64, 512, 1, 4, 16, recompute=False)
-    raw["parallel"].update(tp=2, dp=64 // (2 * 4), sequence_parallel=True)
-    raw["training"].update(micro_batches=512 // (64 // 8), grad_bytes=4)
+# openai/gpt-oss-20b config.json: the 120B's layer (hidden 2880, 64 query and 8 key-value heads of 64, sinks, the
+# window of 128 on every other layer from the first, quick-GEGLU experts of 2880 with biases and clamp 7, YaRN 32)
+# at 24 layers and 32 experts, top 4; ppb's reading of configs/hf/gpt-oss-120b.json with those three changed
+GPT_OSS_20B = {
+    "family": "gpt_oss",
+    "vocab_size": 201088,
+    "hidden_size": 2880,
+    "num_layers": 24,
+    "num_attention_heads": 64,
+    "num_key_value_heads": 8,
+    "head_dim": 64,
+    "intermediate_size": 2880,
+    "activation": "quick_geglu",
+    "max_position_embeddings": 131072,
+    "attention_bias": True,
+    "attention_output_bias": True,
+    "sliding_window": 128,
+    "window_layers": tuple(range(0, 24, 2)),
+    "attention_sinks": True,
+    "rope_yarn_factor": 32.0,
+    "num_experts": 32,
+    "experts_per_token": 4,
+    "moe_intermediate_size": 2880,
+    "expert_bias": True,
+    "activation_clamp": 7.0,
+    "router_bias": True,
+}
+
+
+def _gpt_oss_h100_functional(label: str, gpus: int, pp: int, ep: int) -> dict[str, Any]:
+    """recipes/gpt_oss/h100/gpt_oss.py's pretrain configs (a8038f6d9 for the 120B, 6799f0997 for the 20B): TP 2 with
+    SP, PP *pp*, EP *ep*, GBS 512, MBS 1; the alltoall dispatcher (the flex backend named but
+    `apply_flex_dispatcher_backend` not called), no router fusion, permute fusion, no recompute, no CUDA graphs, no
+    TP overlap (comm_overlap None); per-token loss with average_in_collective off; `_pretrain_common`'s bf16_mixed with
+    FP32 gradient reduction (ddp.grad_reduce_in_fp32 True); the native cross-entropy the recipes name; rope fusion at
+    Megatron-Core's default (off)."""
+    dp = gpus // (2 * pp)
+    raw = _gpt_oss_run(label, "26.04", "h100-80gb", gpus, 512, 1, pp, ep, recompute=False)
+    raw["parallel"].update(tp=2, dp=dp, sequence_parallel=True)
+    raw["training"].update(micro_batches=512 // dp, grad_bytes=4)
     raw["training"]["moe"]["router"].update(fusion=False, force_balance=False)
     raw["timing"].update(cross_entropy_fusion_impl="native", rope_fusion=False, calculate_per_token_loss=True)
     _functional(raw)
     raw["timing"]["ddp_average_in_collective"] = False
+    return raw
+
+
+_GPT_OSS_NOTES = (
+    _NATURAL,
+    *_FUNCTIONAL,
+    "the attention sinks' softmax offset priced as plain flash attention",
+    "no load-balancing loss (GPTOSSBridge: moe_router_load_balancing_type none) under natural routing",
+)
+
+
+def _gpt_oss_120b_h100_functional() -> dict[str, Any]:
+    """`gpt_oss_120b_pretrain_64gpu_h100_bf16_config` at a8038f6d9 (the card's `gpt_oss_120b_pretrain_config` alias;
+    the card's verification_environment commit, the entry names none): PP 4, EP 16 on 64 H100, so DP 8."""
+    label = "GPT-OSS 120B BF16 TP2 PP4 EP16 natural routing (64 H100)"
     return {
-        "raw": _pinned(raw, "a8038f6d9"),
+        "raw": _pinned(_gpt_oss_h100_functional(label, 64, 4, 16), "a8038f6d9"),
         "label": label,
         "card": "gpt-oss-120b",
         "item": "pretrain",
         "gpu": "H100",
         "commit": "a8038f6d9",
         "ms": 16664.930,
-        "notes": (
-            _NATURAL,
-            *_FUNCTIONAL,
-            "the attention sinks' softmax offset priced as plain flash attention",
-            "YaRN rotary unfused priced as ppb's unfused rope",
-        ),
+        "notes": _GPT_OSS_NOTES,
+    }
+
+
+def _gpt_oss_20b_h100_functional() -> dict[str, Any]:
+    """`gpt_oss_20b_pretrain_16gpu_h100_bf16_config` at 6799f0997 (the card's verification_environment commit):
+    PP 4, EP 4 on 16 H100, so DP 2."""
+    label = "GPT-OSS 20B BF16 TP2 PP4 EP4 natural routing (16 H100)"
+    raw = _gpt_oss_h100_functional(label, 16, 4, 4)
+    raw["models"] = [{"name": "llm", "spec": GPT_OSS_20B, "pad_vocab_multiple": 1}]
+    return {
+        "raw": _pinned(raw, "6799f0997"),
+        "label": label,
+        "card": "gpt-oss-20b",
+        "item": "pretrain",
+        "gpu": "H100",
+        "commit": "6799f0997",
+        "ms": 22400.880,
+        "notes": _GPT_OSS_NOTES,
     }
 
 
@@ -394,10 +464,6 @@ SKIPPED_CARDS: tuple[tuple[str, str], ...] = (
         "the pretrain entry",
     ),
     (
-        "Megatron-Bridge cards: GPT-OSS 20B pretrain (16 H100)",
-        "gpt_oss_20b_pretrain_16gpu_h100_bf16_config's settings not read this session (not priced, not judged)",
-    ),
-    (
         "Megatron-Bridge cards: Nemotron 3 Nano / Super / 3.5 Lightning, Nemotron 3 Nano Omni",
         "hybrid Mamba models, which ppb does not describe (Super's GB300 entry is also NVFP4)",
     ),
@@ -417,7 +483,13 @@ def bridge_verification_rows() -> list[dict[str, Any]]:
     """The cards' priced entries' fields for bench/public_runs.py's PublicRun."""
     rows = []
     entries = (_deepseek_v3_h100(), _gpt_oss_120b_gb200(), _qwen3_30b_h100_tuned())
-    functional = (_qwen3_8b_h100(), _qwen3_30b_h100_functional(), _gpt_oss_120b_h100_functional(), _moonlight_h100())
+    functional = (
+        _qwen3_8b_h100(),
+        _qwen3_30b_h100_functional(),
+        _gpt_oss_120b_h100_functional(),
+        _moonlight_h100(),
+        _gpt_oss_20b_h100_functional(),
+    )
     for entry in (*entries, *functional):
         raw = entry["raw"]
         ms = entry["ms"]

@@ -345,7 +345,7 @@ def test_megatron_bridge_card_rows_take_the_h100_recipe_with_only_the_overlap_ch
 def test_megatron_bridge_verification_card_rows_take_each_commit_s_perf_recipe(public):
     rows = {row.name: row for row in public.public_runs() if row.source == public.BRIDGE_VERIFICATION}
     runs = {name: public.config(row) for name, row in rows.items()}
-    assert len(runs) == 7
+    assert len(runs) == 8
     # deepseek_v3_pretrain_1024gpu_h100_bf16_config at 79308d0d9: TP 2, PP 8, VP 4, EP 64 on 1024 H100, so
     # DP = 1024 / (2 · 8) = 64 and GBS 16384 / (MBS 1 · 64) = 256 micro-batches; SP on, overlap_grad_reduce off,
     # gathers with the optimizer step, HybridEP (apply_flex_dispatcher_backend on a Hopper), BF16 GEMMs
@@ -406,13 +406,20 @@ def test_megatron_bridge_verification_card_rows_take_each_commit_s_perf_recipe(p
     assert moonlight.parallel.overlap_moe_expert_parallel_comm and moonlight.timing.delay_wgrad_compute
     assert moonlight.timing.moe_dispatcher == "hybridep" and moonlight.timing.moe_flex_dispatcher_num_sms == 32
     assert moonlight.framework_release.megatron_core == "2026-07-21"
+    # GPT-OSS 20B at 6799f0997: TP 2, PP 4 on 16 H100, DP = 16 / (2 · 4) = 2, 512 / 2 = 256 micro-batches, EP 4;
+    # 24 layers of 32 experts (openai/gpt-oss-20b config.json)
+    small = runs["Megatron-Bridge card GPT-OSS 20B BF16 TP2 PP4 EP4 natural routing (16 H100)"]
+    assert (small.parallel.dp, small.parallel.ep, small.training.micro_batches) == (2, 4, 256)
+    spec = small.specs["llm"]
+    assert (spec.num_layers, spec.num_experts, spec.experts_per_token) == (24, 32, 4)
     seconds = [row.seconds for row in rows.values()]
-    stated = [61.75613, 4.99563, 20.14729, 25.07032, 30.28955, 16.66493, 11.63635]
+    stated = [61.75613, 4.99563, 20.14729, 25.07032, 30.28955, 16.66493, 11.63635, 22.40088]
     assert seconds == [pytest.approx(value) for value in stated]
     published = [(16384, 1024, 1061.206), (1280, 64, 16398.332), (1024, 16, 13011.378), (1024, 16, 10456.348)]
     published.append((1024, 16, 8654.602))
     # 512 · 4096 / (64 · 16.66493) = 1,966.3 and 1024 · 4096 / (16 · 11.63635) = 22,528.0, as the cards state
-    published += [(512, 64, 1966.285), (1024, 16, 22528.026)]
+    # and 512 · 4096 / (16 · 22.40088) = 5,851.2
+    published += [(512, 64, 1966.285), (1024, 16, 22528.026), (512, 16, 5851.199)]
     for (gbs, gpus, tokens), s in zip(published, seconds, strict=True):
         assert gbs * 4096 / (gpus * s) == pytest.approx(tokens, rel=1e-5)
 
