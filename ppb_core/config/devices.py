@@ -111,10 +111,22 @@ FP8_GEMM_KERNEL_US_B200 = 4.7
 # shared memory bandwidth per SM unchanged: (2250/148) / (989/132) = 15.20 / 7.49 = 2.03, 64 · 2.03 = 130:
 # a 2-SM 256×256 tile (128 a SM) runs at 128/130 of the ceiling, a 1-SM 128×128 one (64) at half.
 GEMM_FULL_INTENSITY_B200 = round(64 * (2250 / 148) / (989 / 132))
+# B200's flash attention over GB200's, the same kernel on both (`ATTENTION_FORWARD_B200`; session 29): NVIDIA's
+# aiconfigurator times the context (prefill, causal) attention of one software stack on both parts in its
+# power-sampling mode, every shape looped for at least a second (ai-dynamo/aiconfigurator 095f58a, aic-core/src/
+# aiconfigurator_core/systems/data/{b200_sxm,gb200}/attention/vllm/0.22.0/context_attention_perf.parquet, the
+# "power" column 800-1000 W on the B200, 1000-1170 W on the GB200; collector/helper.py `benchmark_with_power`).
+# FlashInfer's kernels, BF16, head size 128, no window, 8k-16k tokens a sequence and 16k or more a call: the
+# B200 runs at a median 0.918 of the GB200's rate over the 656 shapes both ran. TRT-LLM 1.3.0rc20's short
+# tables (3 warm-up, 6 CUDA-graph replays; the same system directories) give 0.918 over the same shapes, its
+# power-sampled 1.3.0rc15 (B200) and rc17 (GB200) tables 0.902. The MAMF ratio taken before (1745 / 1822 =
+# 0.958) overstates the B200; the SMs times their maximum clocks read 148 · 1965 / (152 · 2062) = 0.928. No
+# backward is timed (inference tables): taken for both passes.
+B200_OVER_GB200_ATTENTION = 0.918
 # cuDNN attention on B200 at head size 128, 16k tokens, no mask (the catalog entry derives them): NVIDIA's
-# GB200 rates scaled by the two parts' MAMF, over B200's 16-bit peak.
-ATTENTION_FORWARD_B200 = round(1697 * 1745 / 1822 / 2250, 3)  # 0.722
-ATTENTION_BACKWARD_B200 = round(1374 * 1745 / 1822 / 2250, 3)  # 0.585
+# GB200 rates times that ratio, over B200's 16-bit peak.
+ATTENTION_FORWARD_B200 = round(1697 * B200_OVER_GB200_ATTENTION / 2250, 3)  # 0.692
+ATTENTION_BACKWARD_B200 = round(1374 * B200_OVER_GB200_ATTENTION / 2250, 3)  # 0.561
 # What attention dropout adds to cuDNN's fused attention on sm_90 (`attention_dropout_cost`):
 # NVIDIA/TransformerEngine issue #3312 (Aug 2026) times one DotProductAttention forward and backward,
 # FusedAttention forced, BF16, sbhd (Megatron's layout), 4096 tokens in 4 sequences, 16 heads of 128,
@@ -572,9 +584,9 @@ DEVICE_CATALOG: dict[str, DeviceProfile] = {
         # llama3.1/gb200/llama3.1_20260424_100750.csv (fb682ce; cuDNN 9.22, frontend 1.21.1), BF16, head
         # size 128, 16k tokens, no mask (Llama 3.1 405B's 64 query and 8 KV heads), FLOPs counted as the
         # FlashAttention-3 figures above (backward 2.5x): forward 1697, backward 1374 TFLOP/s. On B200 at
-        # GB200's sustained tensor rate over B200's: MAMF 1745 against 1822 (ml-engineering's table; the
-        # two parts' device-reported maximum clocks, 1965 and 2062 MHz, differ alike): 1697 · 1745/1822 =
-        # 1625 (0.722 of 2250), 1374 · 1745/1822 = 1316 (0.585). (FlashAttention-4's paper, Zadouri et
+        # the two parts' measured attention ratio (`B200_OVER_GB200_ATTENTION`, 0.918; session 29, before it
+        # their MAMF ratio 1745/1822): 1697 · 0.918 = 1558 (0.692 of 2250), 1374 · 0.918 = 1261 (0.561).
+        # (FlashAttention-4's paper, Zadouri et
         # al. 2026, arXiv 2603.05451, puts FA4's B200 forward at up to 1613 TFLOP/s, "up to 1.3x" cuDNN
         # 9.13, an older cuDNN.) No public head-size-64 rate without a sliding window on sm100 (that
         # table's GPT-OSS rows have one): the head-size-64 ratios stay H100's, and FlashAttention-2's
