@@ -312,3 +312,27 @@ def test_other_sizes_than_a_stated_layouts_plan_as_the_run_without_it(
     assert ours["cells"] == theirs["cells"] and ours["iteration"] == theirs["iteration"]
     assert [row["peak_mb"] for row in ours["stages"]] == [row["peak_mb"] for row in theirs["stages"]]
 
+
+def test_a_schedule_the_chunks_change_is_said_and_gpipe_over_chunks_refused(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """Megatron-LM runs 1F1B interleaved at V > 1 and plain 1F1B at V = 1 (`schedules.canonical`): `--schedule
+    1f1b` on configs/qwen2.5-7b.yaml (vpp 2) planned the interleaved schedule without a word. GPipe over 2 chunks a
+    stage the run config refuses (`vpp 2 needs schedule interleaved`), and `ppb balance` solved it."""
+    config = str(CONFIGS / "qwen2.5-7b.yaml")
+    code, out, err = _run(capsys, config, "--schedule", "1f1b", "--json", "-q")
+    assert code == 0 and json.loads(out)["input"]["schedule"] == "interleaved"
+    assert "note: --schedule 1f1b at V=2 (parallel.vpp) runs interleaved; -i 1 for one chunk a stage" in err
+    code, out, err = _run(capsys, config, "-i", "1", "--schedule", "interleaved", "--json", "-q")
+    assert code == 0 and json.loads(out)["input"]["schedule"] == "1f1b"
+    assert "note: --schedule interleaved at V=1 (-i) runs 1f1b; -i 2 or more to interleave chunks" in err
+    out_file = tmp_path / "plan.json"
+    code, out, err = _run(capsys, config, "--schedule", "gpipe", "-o", str(out_file))
+    assert code == 2 and not out_file.exists() and out == ""
+    assert err.strip() == (
+        f"ppb: error: {config}: --schedule: gpipe runs one chunk a stage, V=2 here (parallel.vpp): a run config runs "
+        "its chunks interleaved"
+    )
+    # the schedule said is the one that runs: no note
+    code, _, err = _run(capsys, config, "--schedule", "interleaved", "--json", "-q")
+    assert code == 0 and "note" not in err
