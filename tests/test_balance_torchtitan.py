@@ -543,6 +543,7 @@ def test_check_and_the_report_give_the_optimums_torchtitan_lines(
     # (the chain's tables price the run as the file does: tests/test_config.py, the unstated overlap shares)
     tables = run_chain(run, until="plan_report")
     markdown = report_files(tables["plan_report"])[".md"].decode()
+    assert "Megatron-LM" not in markdown  # the report printed `--pipeline-model-parallel-layout` too
     block = markdown.split("```toml\n", 1)[1].split("```", 1)[0]
     said = [line.strip() for line in block.splitlines() if line.strip()]
     assert said == lines
@@ -666,3 +667,4 @@ def test_check_refuses_the_op_policy_for_a_run_that_does_not_state_it(
     assert main(["check", str(tmp_path / "run.yaml"), "--plan", str(plan), "--no-optimum", "-q"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and f"{plan}: activation_checkpoint.selective_ac_option: op: the run config" in err
+
