@@ -151,6 +151,13 @@ def test_the_help_states_the_balancers_time_limit_and_the_cores_vocabulary(capsy
         main(["estimate", "--help"])
     assert "layered (default) or reference" in " ".join(capsys.readouterr().out.split())
     assert BUFFER_RULES == ("layered", "reference")
+    # `ppb --help` says what ppb does and its exit statuses (it showed the entry module's docstring, "`ppb` entry
+    # point: each sub-command's work loaded when it runs")
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    said = " ".join(capsys.readouterr().out.split())
+    assert "entry point" not in said and "Plan pipeline-parallel training" in said
+    assert "exit status 2" in said and "exit status 1" in said
 
 
 @pytest.mark.parametrize(

@@ -11,9 +11,17 @@ from ppb_core.cli.arguments import COMMANDS, EXIT_BAD_INPUT, EXIT_INTERRUPTED, O
 from ppb_core.errors import InputError
 
 
+# what `ppb --help` tells a person (it showed this module's docstring, written for whoever reads the code)
+DESCRIPTION = (
+    "Plan pipeline-parallel training: each layer's memory and time under every recompute option, the split of "
+    "the layers over the pipeline stages and their recompute, a plan you have checked against the device, the "
+    "parallel layout searched. Bad input is one line and exit status 2; a plan that does not fit exit status 1."
+)
+
+
 def build_parser() -> argparse.ArgumentParser:
     """Every sub-command's arguments (`ppb_core.cli.arguments`, which imports nothing heavy)."""
-    parser = OneLineParser(prog="ppb", description=__doc__)
+    parser = OneLineParser(prog="ppb", description=DESCRIPTION)
     subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name, command in COMMANDS.items():
         sub = subparsers.add_parser(
