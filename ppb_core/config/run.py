@@ -309,6 +309,12 @@ class Parallel(StrictModel):
             chunks = len(parse_layout(data["layout"], pp)[0])
         except LayoutError:
             return data
+        if chunks > 1 and "vpp" not in data and data.get("schedule") in ("1f1b", "gpipe"):
+            # the chunks are the layout's: this read "vpp 2 needs schedule interleaved", of a vpp not written
+            raise ValueError(
+                f"schedule {data['schedule']} runs one chunk a stage; the layout has {chunks} virtual stages per rank, "
+                "which Megatron-LM runs interleaved (schedule interleaved, or none stated)"
+            )
         filled = dict(data)
         filled.setdefault("vpp", chunks)
         if chunks > 1:
