@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import signal
 import sys
 from collections.abc import Sequence
 
-from ppb_core.cli.arguments import COMMANDS, EXIT_BAD_INPUT, EXIT_INTERRUPTED, OneLineParser
+from ppb_core.cli.arguments import COMMANDS, EXIT_BAD_INPUT, EXIT_INTERRUPTED, EXIT_TERMINATED, OneLineParser
 from ppb_core.errors import InputError
-
 
 # what `ppb --help` tells a person (it showed this module's docstring, written for whoever reads the code)
 DESCRIPTION = (
@@ -54,11 +54,22 @@ def _plan_text(argv: Sequence[str]) -> list[str]:
     return words
 
 
+class Terminated(Exception):
+    """SIGTERM, raised where the command is, so that what it started ends with it."""
+
+
+def _terminated(signum: int, frame: object) -> None:
+    raise Terminated
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(_plan_text(sys.argv[1:] if argv is None else argv))
     # The command's module (and pandas, the models, Dagster-free as it is) loads only now, so that
     # `ppb --help` and `ppb COMMAND --help` start at once.
     command = importlib.import_module(f"ppb_core.cli.{_MODULES.get(args.command, args.command)}")
+    # SIGTERM (`kill PID`, a scheduler's limit) ended ppb at once and left `ppb search`'s forkserver and balancing
+    # processes running on, minutes each (qa29): raised as an exception, the search ends them as on Ctrl-C
+    before = signal.signal(signal.SIGTERM, _terminated)
     try:
         return int(command.run(args) or 0)
     except InputError as err:
@@ -69,6 +80,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:  # Ctrl-C: one line and the shell's status for it (128 + SIGINT), no traceback
         print("ppb: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
+    except Terminated:  # the same for SIGTERM (128 + SIGTERM)
+        print("ppb: terminated", file=sys.stderr)
+        return EXIT_TERMINATED
+    finally:
+        signal.signal(signal.SIGTERM, before)
 
 
 if __name__ == "__main__":
