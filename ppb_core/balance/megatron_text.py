@@ -33,14 +33,8 @@ def megatron_lines(said: Mapping[str, Any]) -> list[str]:
             f"  the plan's own layout, NOT runnable alone (it leaves out the plan's recompute): "
             f"{said['layout_only']}{why}"
         )
-    if said.get("replaces") and (said.get("flags") or said.get("layout_only")):
-        lines.append(f"  ({replaces_words(said['replaces'])})")
+    if said.get("replaces_note") and (said.get("flags") or said.get("layout_only")):
+        lines.append(f"  ({said['replaces_note']})")
     if said.get("note"):
         lines.append(f"  ({said['note']})")
     return lines
-
-
-def replaces_words(flags: list[str]) -> str:
-    """What pasting the layout into a launch asks: its own way of placing the layers out (`outputs.LAYOUT_REPLACES`),
-    which Megatron-LM refuses beside a layout."""
-    return f"the layout replaces any {', '.join(flags)} of the launch: Megatron-LM refuses them beside a layout"

@@ -306,7 +306,13 @@ def megatron(plan: Plan, modules: Sequence[str] | None = None) -> dict[str, Any]
     layout_args = ["--pipeline-model-parallel-layout", layout, *group_flags(p)]
     cells = cell_option_counts(plan)
     setting = setting_of(cells, selective=modules is not None)
-    result: dict[str, Any] = {"layout": layout, "replaces": list(LAYOUT_REPLACES)}
+    result: dict[str, Any] = {
+        "layout": layout,
+        "replaces": list(LAYOUT_REPLACES),
+        # what pasting the layout into a launch asks (`megatron_text` and the report print it)
+        "replaces_note": f"the layout replaces any {', '.join(LAYOUT_REPLACES)} of the launch: Megatron-LM "
+        "refuses them beside a layout",
+    }
     if setting is not None:
         recompute = setting.flags(modules)
         result.update(

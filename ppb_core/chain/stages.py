@@ -19,7 +19,6 @@ import pandas as pd
 
 from ppb_core.balance import balance
 from ppb_core.balance.fitting import fitting_placement
-from ppb_core.balance.megatron_text import replaces_words
 from ppb_core.balance.mtp_apart import standalone_problem
 from ppb_core.balance.problem import run_problem
 from ppb_core.balance.progress import ProgressHook, WorkLimits, showing_seconds
@@ -388,8 +387,8 @@ def megatron_headline(said: Mapping[str, Any]) -> list[tuple[str, str]]:
         )
     if said.get("layout_only"):
         lines.append(("the plan's own layout, NOT runnable alone (no recompute)", f"`{said['layout_only']}`"))
-    if said.get("replaces") and (said.get("flags") or said.get("layout_only")):
-        lines.append(("pasting the layout", replaces_words(said["replaces"])))
+    if said.get("replaces_note") and (said.get("flags") or said.get("layout_only")):
+        lines.append(("pasting the layout", said["replaces_note"]))
     if said.get("note"):
         # the note says why the plan is not said, or, beside the plan's own flags, what to do with them (`the plan
         # recomputes nothing: drop every --recompute-* flag the launch has`), which the report called
