@@ -319,6 +319,29 @@ def test_nemo_rows_take_the_table_s_parallel_sizes_and_the_recipes_flags(public)
     assert qwen.timing.overlap.param_gather == 1.0
 
 
+def test_megatron_bridge_card_rows_take_the_h100_recipe_with_only_the_overlap_changed(public):
+    rows = [row for row in public.public_runs() if row.source == public.BRIDGE_CARDS]
+    runs = {row.name: public.config(row) for row in rows}
+    assert len(runs) == 2
+    # qwen3_30b_a3b_pretrain_16gpu_h100_bf16_config (Megatron-Bridge 8198fd9cd): TP 1, PP 1, EP 16 on 16 H100, so DP
+    # 16; GBS 1024 / (MBS 1 · 16) = 64 micro-batches; BF16 GEMMs, HybridEP on 32 SMs (_benchmark_common), TE graphs
+    # of the router and its preprocessing, delay_wgrad_compute off in both
+    for run in runs.values():
+        assert (run.parallel.dp, run.parallel.ep, run.parallel.pp, run.training.micro_batches) == (16, 16, 1, 64)
+        assert (run.timing.matmul_dtype, run.timing.moe_dispatcher) == ("bf16", "hybridep")
+        assert run.timing.moe_flex_dispatcher_num_sms == 32 and not run.timing.delay_wgrad_compute
+        assert run.timing.cuda_graph_modules == ["moe_router", "moe_preprocess"]
+        # the commit's submodule 6cd6ea530e is of 2026-07-23, its TE pin 2.17.0, the PyTorch 26.06 base's cuDNN 9.21
+        release = run.framework_release
+        assert (release.megatron_core, release.transformer_engine) == ("2026-07-23", "2.17")
+        assert run.timing.cudnn_version == (9, 21)
+    off = runs["Megatron-Bridge Qwen3 30B-A3B BF16 EP16 HybridEP (16 H100)"]
+    on = runs["Megatron-Bridge Qwen3 30B-A3B BF16 EP16 HybridEP EP-overlap (16 H100)"]
+    assert not off.parallel.overlap_moe_expert_parallel_comm and on.parallel.overlap_moe_expert_parallel_comm
+    # the card's 20,992.030 ms a step and the skill's 24.7138 s: seconds as stated, no conversion
+    assert sorted(row.seconds for row in rows) == [pytest.approx(20.99203), pytest.approx(24.7138)]
+
+
 def test_every_row_runs_and_the_mean_error_stays_bounded(public):
     results = public.evaluate()
     assert len(results) == len(public.public_runs())
