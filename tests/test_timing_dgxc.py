@@ -85,8 +85,9 @@ def test_every_row_fits_its_device(public, rows, nemo2):
 
 
 def test_nemo2_rows_are_the_tables_step_seconds(nemo2):
-    # v25.04.02: 8B, 70B (BF16 and FP8 layouts apart), 405B, two dtypes each; v25.05.05: 405B on GB200 and H100
-    assert len(nemo2) == 10
+    # v25.04.02: 8B, 70B (BF16 and FP8 layouts apart), 405B, two dtypes each; v25.05.05: 405B on GB200 and H100,
+    # two dtypes each, and DeepSeek-V3 BF16 on each
+    assert len(nemo2) == 12
     # v25.04.02 llama3.1/README.md "Llama 3.1 8b BF16", 8 H100: 12.27 s, and its tokens/s 85459 = 8192 · 128 / 12.27
     # = 85,459.2 (GBS 16 a GPU: llama31_auto_configs)
     row = nemo2["dgxc v25.04.02 25.02.01 Llama 3.1 8B CP2 BF16 (8 H100)"]
@@ -120,3 +121,30 @@ def test_nemo2_rows_run_the_scripts_defaults(public, nemo2):
     assert (old.timing.matmul_dtype, old.training.fp8_cache, old.timing.fp8_param_gather) == (None, "none", False)
     # 1024 GPUs at TP 8, PP 8, CP 2: DP 8; GBS half the GPUs, 512: 64 micro-batches
     assert (old.parallel.dp, old.training.micro_batches) == (8, 64)
+
+
+def test_deepseek_rows_run_launch_sh_and_the_perf_script(public, nemo2):
+    # v25.05.05 deepseek_v3/pretraining/README.md, 512 H100: 48.948 s; its tokens/s 342755.90 = 4096 · 4096 / 48.948
+    # (GBS 8 a GPU: launch.sh); 128 GB200: 34.168 s, 1024 · 4096 / 34.168 = 122,755.3, the table's 122755.33
+    h100 = nemo2["dgxc v25.05.05 25.04.01 DeepSeek-V3 TP2 PP8 EP64 BF16 (512 H100)"]
+    assert 4096 * 4096 / h100.seconds == pytest.approx(342755.90, abs=0.1)
+    gb200 = nemo2["dgxc v25.05.05 25.04.01 DeepSeek-V3 TP2 PP4 EP32 BF16 (128 GB200)"]
+    assert 1024 * 4096 / gb200.seconds == pytest.approx(122755.33, abs=0.1)
+    # H100: TP 2, PP 8 on 512 GPUs: DP 32 (the table's), GBS 4096: 128 micro-batches (GA 128)
+    run = public.config(h100)
+    assert (run.parallel.tp, run.parallel.pp, run.parallel.ep, run.parallel.dp) == (2, 8, 64, 32)
+    assert run.training.micro_batches == 128
+    # pretrain_deepseek_v3.py: 64 // 8 = 8 layers a middle stage, 7 in the first, 6 in the last (with MTP and the
+    # loss): 7 + 6 · 8 + 6 = 61
+    layout = run.parallel.layout
+    assert layout == "E" + "t" * 7 + "|" + ("t" * 8 + "|") * 6 + "t" * 6 + "mL"
+    assert layout.count("t") == 61
+    # USE_TOKEN_DROP: capacity factor 1.0 (MegatronTokenDropCallback), so not dropless; bf16_mixed's
+    # grad_reduce_in_fp32 True (cleared only for FP8)
+    assert (run.training.moe.dropless, run.training.moe.capacity_factor, run.training.grad_bytes) == (False, 1.0, 4)
+    assert run.training.recompute.modules == ("mla_up_proj",)
+    # GB200: PP 4 (16 a middle stage: 15, 16, 16, 14), EP 32, core_attn recomputed; 128 GPUs: DP 16, 64 micro-batches
+    run = public.config(gb200)
+    assert run.parallel.layout.split("|")[0].count("t") == 15 and run.parallel.layout.count("t") == 61
+    assert (run.parallel.ep, run.parallel.dp, run.training.micro_batches) == (32, 16, 64)
+    assert run.training.recompute.modules == ("core_attn",)
