@@ -50,9 +50,12 @@ def test_layouts_and_micro_batches_are_the_yamls(public, rows):
     run = public.config(rows["dgxc v25.02.02 24.12 Llama 3.1 405B TP8 PP9 CP2 VP7 BF16 (576 H100)"])
     assert (run.parallel.tp, run.parallel.pp, run.parallel.cp, run.parallel.dp, run.parallel.vpp) == (8, 9, 2, 4, 7)
     assert (run.training.micro_batch_size, run.training.micro_batches) == (1, 63)
+    # and the yaml's defer_embedding_wgrad_compute with wgrad_deferral_limit 50
+    assert (run.training.defer_embedding_wgrad_compute, run.training.wgrad_deferral_limit) == (True, 50)
     # llama3.1_8b.yaml: CP 2 on one node: DP 4, GBS 128: 32 micro-batches (GA=32); no TP, so no userbuffers
     run = public.config(rows["dgxc v24.11.1 24.09 Llama 3.1 8B CP2 FP8 (8 H100)"])
     assert (run.parallel.dp, run.training.micro_batches, run.timing.overlap.tp) == (4, 32, 0)
+    assert run.training.defer_embedding_wgrad_compute is False  # llama3.1_8b.yaml: false
     # gpt3_175b_hydra.yaml: VP 12 at v24.11.1, 6 at v25.02.02; TP 4 PP 8 on 128 GPUs: DP 4, GBS 256: 64
     assert public.config(rows["dgxc v24.11.1 24.05 GPT3 175B TP4 PP8 VP12 FP8 (128 H100)"]).parallel.vpp == 12
     run = public.config(rows["dgxc v25.02.02 24.12 GPT3 175B TP4 PP8 VP6 FP8 (128 H100)"])
