@@ -36,8 +36,8 @@ absolute and the largest error of each, with `--verbose` the MoE rows beyond 3% 
 expert-parallel rank at its routing bound (`routing_rows`), the MoE rows' seconds split by setting (`setting_splits`:
 each flag, exported variable, micro-batch count and release some rows carry and others do not, with the signed
 mean error on each side) and every row beyond 3% iteration by iteration (`iteration_rows`: iteration 1 against
-ppb without Adam's moments, with them where the load made them, the rise after iteration 2), then the
-refusals by reason.
+ppb without Adam's moments, with them where the load made them, the rise after iteration 2), and each case
+whose peak another cluster measured on the same GPU model (`cluster_pairs`), then the refusals by reason.
 """
 
 from __future__ import annotations
@@ -546,6 +546,52 @@ class IterationRow:
         return None if self.second is None or self.row.peak is None else self.row.peak[0] - self.second
 
 
+# other clusters' runs of a case on the same GPU model: the golden files beside `golden_values_dev_dgx_<gpu>.json`
+# (tests/test_utils/recipes name the clusters; d98e8a64)
+OTHER_CLUSTERS = {"h100": ("dgxh100_dgxc",), "a100": ("dgxa100_dracooci", "dgxa100_dracooci-ord")}
+
+
+@dataclass(frozen=True)
+class ClusterPair:
+    case: str  # family/case
+    gpu: str
+    cluster: str  # the other golden file's cluster
+    peak: float  # GiB: the last logged `mem-max-allocated-bytes` of dev_dgx_<gpu>, the figure the row scores
+    other: float  # GiB: the other cluster's
+    set_by: tuple[str, str]  # the commits that set each file's memory values (`_set_by`)
+
+    @property
+    def spread(self) -> float:
+        return self.other / self.peak - 1
+
+
+def last_peak_gib(metric: Any) -> float | None:
+    """A golden `mem-max-allocated-bytes`'s last logged value (the peak a row scores), in GiB."""
+    values = _numbers(metric)
+    return values[max(values)] / GIB if values else None
+
+
+def cluster_pairs(files: dict[str, set[str]] | None = None) -> list[ClusterPair]:
+    """Every case whose dev golden values on a GPU have another cluster's beside them (`OTHER_CLUSTERS`), with
+    both runs' scored peaks: how far two measurements of one case's peak lie apart, as a floor for how close
+    ppb can come to either. The files may hold different commits' runs (`set_by`)."""
+    found = []
+    for case, names in sorted((files if files is not None else case_files()).items()):
+        for gpu, clusters in OTHER_CLUSTERS.items():
+            ours = f"golden_values_dev_dgx_{gpu}.json"
+            for cluster in clusters:
+                theirs = f"golden_values_dev_{cluster}.json"
+                if ours not in names or theirs not in names:
+                    continue
+                paths = [f"{CASES}/{case}/{name}" for name in (ours, theirs)]
+                texts = [_git("show", f"{COMMIT}:{path}") for path in paths]
+                peak, other = (last_peak_gib(json.loads(text).get("mem-max-allocated-bytes")) for text in texts)
+                if peak and other:
+                    set_by = (_set_by(paths[0])[1], _set_by(paths[1])[1])
+                    found.append(ClusterPair(case, gpu, cluster, peak, other, set_by))
+    return found
+
+
 def _states_at_start(row: Row) -> bool:
     """Whether the row's run has its optimizer's states before iteration 1 (`training.optimizer_states_at_start`,
     set by `ppb import megatron` from the case's flags)."""
@@ -739,6 +785,14 @@ def main() -> int:
             rise = f"{item.rise:+7.2f}" if item.rise is not None else f"{'-':>7s}"
             at_load = "  at load" if _states_at_start(row) else ""
             print(f"  {name:62s} {row.gpu:4s} {first} {ppb} {second} {rise}{at_load}")
+        print()
+        print("One case's peak measured on two clusters of the same GPU (dev golden files; their runs may be of")
+        print("different commits, each file's memory set by the commit shown): how far two measurements lie apart:")
+        for pair in cluster_pairs():
+            print(
+                f"  {pair.case[:62]:62s} {pair.gpu:4s} {pair.peak:7.3f} {pair.cluster:20s} {pair.other:7.3f} "
+                f"{pair.spread:+6.1%}  {pair.set_by[0].split()[0]} / {pair.set_by[1].split()[0]}"
+            )
     print()
     reasons = Counter(reason for _, reason, _ in refused)
     print(f"refused: {len(refused)} (case, gpu) pairs or cases")

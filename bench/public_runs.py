@@ -75,6 +75,9 @@ Sources:
 - Narayanan et al. 2021 Table 1 (GPT 1.7B-1T on A100, the settings of its examples/sc21 scripts) and MT-NLG
   530B's iteration seconds (bench/_papers.py); MindFormers v1.3.0's Qwen cards (bench/_mindformers.py
   `V130_ROWS`). Groups of their own (session 28).
+- NVIDIA/dgxc-benchmarking's NeMo 1 recipes (tags v24.11.1, v25.02.02): Llama 3.1 8B/70B/405B and GPT-3 175B step
+  seconds on H100, BF16 and FP8, with each tag's yaml and launch overrides (bench/_dgxc.py), a group of its own; and
+  its NeMo 2 recipes (v25.04.02: Llama 3.1 8B/70B/405B on H100; v25.05.05: 405B on GB200 and H100), another.
 
 Prints each row's published and predicted seconds and the error, then the mean absolute error of
 each group of rows and of all; then the H100-vs-A100 pairs of identical configs; with --classes, for
@@ -96,6 +99,15 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))  # also when a test loads this file by its path
 
 from _bigscience import BLOOM, bloom_row  # noqa: E402
+from _bridge_cards import (  # noqa: E402
+    BRIDGE_CARDS,
+    BRIDGE_VERIFICATION,
+    SKIPPED_BRIDGE,
+    SKIPPED_CARDS,
+    bridge_card_rows,
+    bridge_verification_rows,
+)
+from _dgxc import DGXC, DGXC_NEMO2, SKIPPED_DGXC, dgxc_rows, nemo2_dgxc_rows  # noqa: E402
 from _measure import machine  # noqa: E402
 from _mindformers import (  # noqa: E402
     CARDS,
@@ -646,6 +658,11 @@ def _nemo_release_runs() -> list[PublicRun]:
     return [PublicRun(**row) for row in nemo_release_rows()]
 
 
+def _bridge_card_runs() -> list[PublicRun]:
+    """Megatron-Bridge's own measured runs of its recipes (bench/_bridge_cards.py)."""
+    return [PublicRun(**row) for row in (*bridge_card_rows(), *bridge_verification_rows())]
+
+
 def _nemo_2407_runs() -> list[PublicRun]:
     """NeMo's 24.07 H100 table with the 24.07 launcher's settings (bench/_nemo_2407.py)."""
     return [PublicRun(**row) for row in nemo_2407_rows()]
@@ -686,6 +703,11 @@ def _mindformers_v130_runs() -> list[PublicRun]:
     return [PublicRun(**row) for row in mindformers_v130_rows()]
 
 
+def _dgxc_runs() -> list[PublicRun]:
+    """NVIDIA/dgxc-benchmarking's NeMo 1 and NeMo 2 recipes' step times (bench/_dgxc.py)."""
+    return [PublicRun(**row) for row in (*dgxc_rows(), *nemo2_dgxc_rows())]
+
+
 def public_runs() -> list[PublicRun]:
     return [
         *_megatron_runs(),
@@ -696,6 +718,7 @@ def public_runs() -> list[PublicRun]:
         *_megatron_ci_runs(),
         *_nemo_runs(),
         *_nemo_release_runs(),
+        *_bridge_card_runs(),
         *_nemo_2407_runs(),
         *_nemo2_runs(),
         *_titan_runs(),
@@ -704,6 +727,7 @@ def public_runs() -> list[PublicRun]:
         *_mindformers_card_runs(),
         *_paper_runs(),
         *_mindformers_v130_runs(),
+        *_dgxc_runs(),
     ]
 
 
@@ -782,6 +806,7 @@ GROUPS = {
     "NeMo GPT-OSS 120B (25.11, 26.04)": lambda source: source in (NEMO_2511_GPT_OSS, NEMO_2604_GPT_OSS),
     "NeMo GB300 / B300 (25.11, 26.04)": lambda source: source in (NEMO_2511_ULTRA, NEMO_2604_ULTRA),
     "NeMo archive 25.09 / 26.02 / 26.02.01 / 26.06": lambda source: source.startswith(ARCHIVE),
+    "Megatron-Bridge cards": lambda source: source in (BRIDGE_CARDS, BRIDGE_VERIFICATION),
     "NeMo 24.07 H100": lambda source: source == NEMO_2407,
     "NeMo 2 25.02 / 25.04 / 25.07": lambda source: source.startswith(NEMO2),
     "other torchtitan benchmark": lambda source: source.startswith(TITAN_SOURCES),
@@ -792,6 +817,10 @@ GROUPS = {
     "Narayanan 2021 Table 1, SC21 scripts": lambda source: source == NARAYANAN,
     "MT-NLG 530B, micro-batch unstated": lambda source: source == MTNLG,
     "MindFormers v1.3.0 Qwen cards": lambda source: source.startswith(CARDS_V130),
+    "dgxc-benchmarking NeMo 1 recipes (24.05-24.12)": lambda source: (
+        source.startswith(DGXC) and not source.startswith(DGXC_NEMO2)
+    ),
+    "dgxc-benchmarking NeMo 2 recipes (25.02.01, 25.04.01)": lambda source: source.startswith(DGXC_NEMO2),
 }
 
 
@@ -947,7 +976,8 @@ def main() -> int:
         print(f"not priced: NeMo {label}: {reason}")
     for label, reason in (*SKIPPED, *SKIPPED_2407, *SKIPPED_NEMO2):  # bench/_nemo_releases.py, bench/_nemo_2407.py
         print(f"not priced: NeMo {label}: {reason}")
-    for label, reason in (*NARAYANAN_SKIPPED, *SKIPPED_V130):  # bench/_papers.py, bench/_mindformers.py
+    # bench/_papers.py, bench/_mindformers.py, bench/_bridge_cards.py, bench/_dgxc.py
+    for label, reason in (*NARAYANAN_SKIPPED, *SKIPPED_V130, *SKIPPED_BRIDGE, *SKIPPED_CARDS, *SKIPPED_DGXC):
         print(f"not priced: {label}: {reason}")
     print(
         "mbs 2: the Megatron rows with micro-batches of 2 sequences (the table does not state the size; "

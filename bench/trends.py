@@ -4,12 +4,12 @@
         [--dump|--rows FILE]
 
 Each row of bench/public_runs.py is read back through its run config (`features`): framework, device,
-precision (BF16, or FP8 with its recipe), model size and family, dense or MoE, the parallel sizes
-(TP, PP, VP, CP, EP, DP, FSDP or ZeRO), micro-batch size, micro-batches a pipeline m and m/PP,
-sequence, recompute, the pipeline's and TP's communication overlap, CUDA graphs, GPUs and nodes, the
-group (its source, which is its release), and ppb's own split of the iteration (`share_*`: bubble,
-p2p, data-parallel and FSDP communication, optimizer, as a share of ppb's seconds). Its signed error is
-ppb's seconds over the published ones minus one (negative: ppb is fast).
+precision (BF16, or FP8 with its recipe), model size and family, dense or MoE, the parallel sizes (TP, PP, VP,
+CP, EP, DP, FSDP or ZeRO), micro-batch size, micro-batches a pipeline m and m/PP, sequence, recompute, the
+pipeline's, TP's and EP's communication overlap (EP's: the combined 1F1B), CUDA graphs, GPUs and nodes, the
+group (its source, which is its release), and ppb's own split of the iteration (`share_*`: bubble, p2p,
+data-parallel and FSDP communication, optimizer, as a share of ppb's seconds). Its signed error is ppb's
+seconds over the published ones minus one (negative: ppb is fast).
 
 A feature separates the errors only apart from what the device (or the group: one source, one
 release, one framework) already explains, so each row's error is taken against the mean of its
@@ -119,6 +119,8 @@ def features(row: PublicRun, run: RunConfig, iteration: Iteration) -> dict[str, 
         "recompute": recompute(run),
         "p2p_overlap": run.timing.overlap_p2p_comm if par.pp > 1 else "-",
         "tp_overlap": run.timing.overlap.tp > 0 if par.tp > 1 else "-",
+        # Megatron-Core's combined 1F1B (--overlap-moe-expert-parallel-comm), which needs EP > 1
+        "ep_overlap": par.overlap_moe_expert_parallel_comm if par.ep > 1 else "-",
         "cuda_graphs": run.timing.cuda_graph_impl,
         "dispatcher": run.timing.moe_dispatcher if getattr(spec, "num_experts", 0) else "-",
         "offload": "layers" if training.cpu_offloading_num_layers else "modules" if training.offload_modules else "-",
@@ -283,6 +285,7 @@ FEATURES = (
     "recompute",
     "p2p_overlap",
     "tp_overlap",
+    "ep_overlap",
     "cuda_graphs",
     "dispatcher",
     "offload",
@@ -352,6 +355,7 @@ PAIR_SETTINGS = (
     "recompute",
     "p2p_overlap",
     "tp_overlap",
+    "ep_overlap",
     "cuda_graphs",
     "dispatcher",
     "offload",

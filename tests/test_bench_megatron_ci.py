@@ -317,3 +317,32 @@ def test_moe_seconds_split_by_setting(bench):
     assert (second.setting, second.with_rows, second.without_rows) == ("y", 3, 2)
     assert second.gap == pytest.approx(-0.40 / 3 - 0.20)
     assert bench.setting_splits(rows) == []
+
+
+def test_one_case_s_peak_on_two_clusters(bench, tmp_path, monkeypatch):
+    # the dev golden file of DGX H100 and DGX Cloud's beside it: each peak is the last logged
+    # mem-max-allocated-bytes (iteration 3 here, 3 GiB and 2.85 GiB: 2.85/3 - 1 = -5%); a case with one
+    # cluster's file, or another GPU's only, gives no pair
+    def git(*args: str) -> str:
+        return git_at(tmp_path, "2025-10-23", *args)
+
+    def write(case: str, name: str, values: dict[str, float]) -> None:
+        path = tmp_path / bench.CASES / case / f"golden_values_{name}.json"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps({"mem-max-allocated-bytes": {"values": values}}))
+
+    gib = 2**30
+    write("moe/a", "dev_dgx_h100", {"1": 2 * gib, "2": 2.5 * gib, "3": 3 * gib})
+    write("moe/a", "dev_dgxh100_dgxc", {"1": 2 * gib, "3": 2.85 * gib, "2": 2.9 * gib})
+    write("moe/b", "dev_dgx_h100", {"1": gib})
+    write("moe/c", "dev_dgx_a100", {"1": gib})
+    write("moe/c", "dev_dgxh100_dgxc", {"1": gib})
+    git("init", "-q")
+    git("add", "-A")
+    git("commit", "-qm", "golden")
+    monkeypatch.setattr(bench, "MIRROR", str(tmp_path))
+    monkeypatch.setattr(bench, "COMMIT", "HEAD")
+    (pair,) = bench.cluster_pairs()
+    assert (pair.case, pair.gpu, pair.cluster) == ("moe/a", "h100", "dgxh100_dgxc")
+    assert pair.peak == 3.0 and pair.other == pytest.approx(2.85)
+    assert pair.spread == pytest.approx(-0.05)

@@ -31,6 +31,7 @@ def test_the_177b_row_s_features_are_the_readme_table_s(row_177b):
     assert (f["gpus"], f["nodes"], f["sharding"], f["group"]) == (2304, 288, "zero1", "published tables")
     assert (f["tp_overlap"], f["p2p_overlap"], f["cuda_graphs"]) == (True, True, "none")
     assert (f["dispatcher"], f["offload"], f["recompute"]) == ("-", "-", "none")
+    assert f["ep_overlap"] == "-"  # no experts: no combined 1F1B to tell
     # the README row: 432.8 TFLOP/s per GPU of Megatron's FLOP count; the error is ppb's seconds over those
     assert f["error"] == pytest.approx(f["ppb_s"] / f["published_s"] - 1)
     assert 0 < f["share_bubble"] < 1 and 0 < f["share_dp_communication"] < 1
@@ -105,7 +106,7 @@ def _row(name: str, published_s: float, ppb_s: float, **settings) -> dict:
     base = dict.fromkeys(("framework", "device", "family", "moe"), "x") | {"hidden": 4096, "layers": 32}
     base |= dict.fromkeys(("tp", "pp", "vp", "cp", "ep", "dp", "mbs", "m", "gpus"), 1) | {"seq": 4096}
     words = ("precision", "sharding", "recompute", "p2p_overlap", "tp_overlap", "cuda_graphs", "dispatcher")
-    words += ("offload", "release")
+    words += ("offload", "release", "ep_overlap")
     base |= dict.fromkeys(words, "-") | {"name": name, "published_s": published_s, "ppb_s": ppb_s}
     return base | settings
 
@@ -122,3 +123,13 @@ def test_a_pair_compares_gpu_seconds_a_token(bench):
     apart, first, second, measured, ours = found
     assert (apart, first["name"], second["name"]) == (["m"], "a", "b")
     assert measured == pytest.approx(0.9) and ours == pytest.approx(1.0)
+
+
+def test_megatron_bridge_s_a_b_is_a_pair_apart_in_the_combined_1f1b_alone(bench):
+    # bench/_bridge_cards.py: one recipe, overlap_moe_expert_parallel_comm off then on; the same GPUs and tokens, so
+    # the measured ratio is the steps': 20.99203 / 24.7138 = 0.84941
+    runs = [r for r in bench.public_runs() if r.name.startswith("Megatron-Bridge Qwen3 30B-A3B")]
+    (found,) = bench.pairs(bench.collect(runs))
+    apart, first, second, measured, _ = found
+    assert apart == ["ep_overlap"] and (first["ep_overlap"], second["ep_overlap"]) == (False, True)
+    assert measured == pytest.approx(20.99203 / 24.7138)

@@ -51,16 +51,19 @@ def _static(run, node: str | None = None):
 
 def test_threshold_keeps_the_small_weights_whole():
     """Threshold 20 KB in fp32: the attention matrices (16 KB) stay whole, the MLP's (32 KB) are sliced
-    over dp 8: held 24576/8 + 16384 + 128 = 19584 elements; bf16 parameters 2 B each, Adam's 12 B of
-    states each; one micro-batch, no accumulation: gradients reduce-scattered into the slice, fp32
-    (the parameter's dtype); the forward's gathered MLP weights in bf16: 24576 x 2 B."""
+    over dp 8: held 24576/8 + 16384 + 128 = 19584 elements; the fp32 parameters (param_init_type) 4 B each,
+    and the optimizer's two fp32 moments 8 B each, no master copy (MindFormers v1.3.0 optim.py
+    `FP32StateAdamWeightDecay`: `clone_state(..., dtype=mstype.float32)` twice, the parameter updated in
+    place); one micro-batch, no accumulation: gradients reduce-scattered into the slice, fp32 (the
+    parameter's dtype); the forward's gathered MLP weights in bf16: 24576 x 2 B. 16 B a held element."""
     static = _static(_run({"parallel_optimizer_config": {"parallel_optimizer_threshold": 20}}))
     held = MLP // 8 + ATTENTION + NORMS
     assert held == 19584
     assert static.parameters == static.optimizer_states == static.gradients == held
-    assert static.parameter_bytes == held * 2 == 39168
-    assert static.optimizer_bytes == held * 12 == 235008
+    assert static.parameter_bytes == held * 4 == 78336
+    assert static.optimizer_bytes == held * 8 == 156672
     assert static.gradient_bytes == held * 4 == 78336
+    assert static.parameter_bytes + static.optimizer_bytes + static.gradient_bytes == held * 16
     assert static.held_through_step_bytes == MLP * 2 == 49152
     # the gathered weights are freed before the optimizer step
     assert static.step_bytes == static.total - 49152
@@ -84,13 +87,18 @@ def test_without_accumulation_the_layer_gathers_and_reduces_in_the_parameter_dty
     run = _run({"parallel_optimizer_config": {"parallel_optimizer_threshold": 20}})
     assert _working(run) == MLP * 4 == 98304
     assert _static(run).held_through_step_bytes == MLP * 2 == 49152
-    # the stage's working set of the layer carries it: the same run over two micro-batches (the gather after
-    # the cast, `accu_grads` whole) holds 98304 B less in a layer's backward at one micro-batch
+    # two micro-batches without a pipeline gather the same way (both functions test only
+    # `pipeline_stage_split_num() <= 1`, v2.3.0-v2.6.0): the layer holds the same 98304 B; the backward's fp32
+    # gradient is added into the whole `accu_grads` (`_MiniStepAllGather`'s bprop) instead of reduce-scattered
     two = _run({"parallel_optimizer_config": {"parallel_optimizer_threshold": 20}}, {"micro_batches": 2})
-    assert _working(two) == 0
-    once, twice = model(run), model(two)
+    assert _working(two) == MLP * 4
+    # the stage's working set of the layer carries it: a pipeline (two stages of DENSE's four layers) gathers after
+    # the cast, and holds 98304 B less in a layer's backward
+    piped = _run({"pp": 2, "parallel_optimizer_config": {"parallel_optimizer_threshold": 20}}, {"micro_batches": 2})
+    assert _working(piped) == 0
+    once, twice = model(two), model(piped)
     extra = [
-        m.working_extra_bytes(body(r), LayerType.NOT_REC_LAYER, None, 2, True) for m, r in ((once, run), (twice, two))
+        m.working_extra_bytes(body(r), LayerType.NOT_REC_LAYER, None, 2, True) for m, r in ((once, two), (twice, piped))
     ]
     assert extra[0] - extra[1] == pytest.approx(98304 * once.correction.working)
 
@@ -105,6 +113,21 @@ def test_parameters_in_the_compute_dtype_hold_their_gradient_once_whole():
     assert _working(_run({**config, "pp": 2}, {"micro_batches": 2}, param_dtype="bf16")) == 0
     # dp 1 slices nothing: nothing gathered
     assert _working(_run({**config, "dp": 1}, param_dtype="bf16")) == 0
+
+
+def test_sixteen_bit_parameters_keep_no_fp32_master():
+    """param_init_type float16 under bf16 compute (the Llama 2 cards): the held parameter 2 B, its gradient 2 B
+    (the parameter's dtype), the two moments fp32 8 B (FP32StateAdamWeightDecay forces them fp32, no master:
+    optim.py v1.3.0): 12 B a held element. Threshold 0, dp 8: 40960/8 + 128 = 5248 held elements."""
+    static = _static(_run({"parallel_optimizer_config": {"parallel_optimizer_threshold": 0}}, param_dtype="fp16"))
+    assert static.parameters == (ATTENTION + MLP) // 8 + NORMS == 5248
+    assert static.parameter_bytes == 5248 * 2
+    assert static.gradient_bytes == 5248 * 2
+    assert static.optimizer_bytes == 5248 * 8
+    # a stated training.optimizer_state_bytes is taken as stated
+    config = {"parallel_optimizer_config": {"parallel_optimizer_threshold": 0}}
+    stated = _run(config, {"optimizer_state_bytes": 12}, param_dtype="fp16")
+    assert _static(stated).optimizer_bytes == 5248 * 12
 
 
 def test_default_threshold_keeps_every_matrix_of_a_tiny_layer_whole():
@@ -154,6 +177,23 @@ def test_embedding_sliced_only_under_model_config_parallel_optimizer():
     assert _static(run, "TAIL").parameters == 65536 // 8 + 64 == 8256
     sliced = _run({"embedding_parallel_optimizer": True})
     assert _static(sliced, "HEAD").parameters == 65536 // 8
+
+
+def test_a_sliced_embedding_table_is_not_kept_gathered():
+    """LlamaEmbedding looks rows up with a Gather of the parameter (llama_layer.py v1.3.0), and Gather's backward
+    does not read the table (grad_array_ops.cc v2.4.0, `SetUnusedInputs({i0, i4})`): the HEAD's gathered table,
+    1024 x 64 = 65536 elements, is not held to the backward, where the TAIL's output Linear keeps its bf16 weight,
+    65536 x 2 B = 131072 (sliced: 256 KB in fp32, over the 64 KB default). One micro-batch, no pipeline: the
+    HEAD's forward still holds the fp32 AllGather output, 65536 x 4 B = 262144, until the lookup."""
+    run = _run({"embedding_parallel_optimizer": True})
+    assert _static(run, "HEAD").held_through_step_bytes == 0
+    assert _static(run, "TAIL").held_through_step_bytes == 65536 * 2 == 131072
+    memory = model(run)
+    head = layers(run)["HEAD"]
+    working = memory.rules.parameter_working_bytes(
+        memory.parameters(head), memory.setup, "HEAD", 2, None, None, head.kind
+    )
+    assert working == 65536 * 4 == 262144
 
 
 def test_sapp_zero_levels_unchanged_without_the_statement():

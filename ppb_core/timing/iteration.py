@@ -214,15 +214,17 @@ def mindspore_reduction_bytes(run: RunConfig) -> int:
 
 def mindspore_gather_bytes(run: RunConfig) -> int:
     """Bytes an element of a MindFormers run's optimizer-parallel parameter AllGather: the parameter's dtype
-    where MindSpore gathers the parameter itself (no pipeline, no accumulation), else the compute dtype.
+    where MindSpore gathers the parameter itself (no pipeline, gradient accumulation or not), else the compute
+    dtype.
 
-    step_parallel.cc `InsertAllGatherOp`: under a pipeline `InsertAllGatherAfterCast` moves the gather
-    after the `Linear`'s cast to the compute dtype, and `FindChildCastWithFP32ToFP16` casts an fp32
-    parameter down before it "for saving communication" under a pipeline or gradient accumulation (the
-    later stored version, when MindSpore's grad_accumulation_step is set; an earlier one only under a
-    pipeline, which differs for an fp32-parameter run that accumulates without a pipeline); otherwise the
-    gather takes the parameter as it is."""
-    if run.parallel.pp > 1 or run.training.micro_batches > 1:
+    step_parallel.cc `InsertAllGatherOp` (v2.3.0-v2.4.x; parallel_preprocessor.cc from v2.5.0): under a pipeline
+    `InsertAllGatherAfterCast` moves the gather after the `Linear`'s cast to the compute dtype, and
+    step_parallel_utils.cc `FindChildCastWithFP32ToFP16` casts an fp32 parameter down before it "for saving
+    communication"; both return nothing when `pipeline_stage_split_num() <= 1` (74a88bb0053, in every tag
+    v2.3.0-v2.6.0 and mindspore-ai/mindspore_test a05ce58802d of 2025-07; neither reads grad_accumulation_step:
+    MindFormers' accumulation without a pipeline, base_trainer.py v1.4.0-beta2 wrapping MindSpore's
+    `GradAccumulationCell`, gathers as a run without it), so then the gather takes the parameter as it is."""
+    if run.parallel.pp > 1:
         return run.training.dtype_bytes
     return mindspore_reduction_bytes(run)
 

@@ -20,16 +20,17 @@ parallel (docs r2.4 `optimizer_parallel.md`: "the framework saves the parameters
 mindspore-ai/mindspore, mindspore/ccsrc/frontend/parallel: opt_param_mgr.cc at 7fa6e756,
 tensor_layout.cc at 367dc859, parameter_manager.cc at 4ac3f804; step_parallel.cc at v2.4.0, MindFormers v1.3.0's
 release, as the time model reads it, `iteration.mindspore_gather_bytes`: its pipeline condition, from 74a88bb0053,
-holds in every release v2.3.0-v2.6.0, and accumulation without a pipeline is taken as a pipeline's, which those
-releases do not do): each weight at or above
+holds in every release v2.3.0-v2.6.0, gradient accumulation or not): each weight at or above
 `parallel_optimizer_threshold` KB whose first dimension divides is held as a 1/N slice over the
-data-parallel group (N: `optimizer_weight_shard_size`, else dp x cp), with its optimizer states; the
+data-parallel group (N: `optimizer_weight_shard_size`, else dp x cp), in its own dtype (`param_init_type`),
+with its optimizer states, the two fp32 moments and no master copy (`moment_bytes`); the
 forward gathers it and the whole weight in the compute dtype stays until the layer's backward
 (freed before the optimizer step); gradients are reduce-scattered into the slice, except the
 accumulation buffer of a pipeline or gradient-accumulation run, whole unless
-`gradient_accumulation_shard`. Without a pipeline or accumulation the gather and the reduce-scatter take the
+`gradient_accumulation_shard`. Without a pipeline the gather and the gradient it reduces take the
 parameter's own dtype, and the layer's forward and backward hold its whole weights once more in it
-(`parameter_working_bytes`). Without the statement, `parallel.zero` keeps SAPP's ZeRO levels.
+(`parameter_working_bytes`). Without the statement, `parallel.zero` keeps SAPP's ZeRO levels
+(bytes as MemEst counts them: a 16-bit parameter, optimizer states with their master copy).
 """
 
 from __future__ import annotations
@@ -40,6 +41,9 @@ from ppb_core.memory.static import StaticBytes, static_bytes
 from ppb_core.model.geometry import kv_heads_per_rank, per_rank
 from ppb_core.model.kinds import BodyKind, HeadKind, LayerKind, Moe, TailKind
 from ppb_core.model.params import LayerParams, norm_params
+
+# the fp32 master copy that the optimizers' default state bytes count (run.py `OPTIMIZER_STATE_BYTES`)
+MASTER_COPY_BYTES = 4
 
 # One weight as MindSpore's optimizer parallel sees it: its elements on one tensor-parallel rank, its first
 # dimension whole, and whether tensor parallelism splits that first dimension.
@@ -121,6 +125,20 @@ def optimizer_shards(
     return LayerParams(sharded, expert), LayerParams(whole, params.expert - expert)
 
 
+def moment_bytes(setup: MemorySetup) -> int:
+    """Optimizer-state bytes a held element beside the parameter itself: MindFormers' optimizers keep no master
+    copy, the parameter (in `param_init_type`, `param_bytes`) is what they update in place, and their moments are
+    fp32 whatever that dtype (mindformers/core/optim at v1.3.0 debac6a97 and v1.4.0-beta2 a4dfb8219:
+    optim.py `FP32StateAdamWeightDecay` and `FusedCastAdamWeightDecay`, module-level `clone_state` with
+    `dtype=mstype.float32`; `FusedAdamWeightDecay.clone_state`, `forced_dtype=mstype.float32`; adamw.py
+    `AdamW.clone_state`, float32: `adam_m` and `adam_v` only). So the optimizer's default `state_bytes`, which
+    counts a 4-byte master copy beside a 16-bit parameter (run.py `OPTIMIZER_STATE_BYTES`: Adam 12 = master 4 +
+    moments 8), loses that copy: Adam 8. A stated `training.optimizer_state_bytes` is taken as stated."""
+    if setup.state_bytes_stated:
+        return setup.state_bytes
+    return max(0, setup.state_bytes - MASTER_COPY_BYTES)
+
+
 def _gathered(params: LayerParams, kind: LayerKind | None, setup: MemorySetup) -> int:
     """Elements of a layer's weights MindSpore's optimizer parallel gathers whole."""
     return optimizer_shards(params, kind, setup)[0].total
@@ -143,20 +161,28 @@ class MindFormersRules(FrameworkRules):
         # gradient_accumulation_shard (parameter_manager.cc `SetClonedTensorShapeForOptimizer`)
         gradients = every if setup.accumulates and not setup.accumulation_shard else held
         # the whole weight in the compute dtype is what the layer's backward reads, held from the forward to it
-        # and freed before the optimizer step: under a pipeline or accumulation the AllGather's output, placed
-        # after MindFormers' `Linear` cast (step_parallel.cc v2.3.0-v2.4.x, `InsertAllGatherAfterCast`,
-        # `FindChildCastWithFP32ToFP16`); otherwise the cast of the AllGather's output, as the gather then takes
-        # the parameter itself (both return nothing without a pipeline), and Cast's backward reads only its
-        # input's dtype (mindspore/ccsrc/frontend/expander/bprop/grad_ops/grad_array_ops.cc, `Cast`'s
-        # `SetUnusedInputs({i0, i1, i2})`), so the gathered parameter-dtype copy is not kept
-        gathered = _gathered(params, kind, setup) * setup.dtype_bytes
+        # and freed before the optimizer step: under a pipeline the AllGather's output, placed after MindFormers'
+        # `Linear` cast (step_parallel.cc v2.3.0-v2.4.x, `InsertAllGatherAfterCast`; parallel_preprocessor.cc from
+        # v2.5.0; step_parallel_utils.cc `FindChildCastWithFP32ToFP16`); otherwise, accumulating or not, the cast
+        # of the AllGather's output, as the gather then takes the parameter itself (both return nothing when
+        # `pipeline_stage_split_num() <= 1`, 74a88bb0053, in every tag v2.3.0-v2.6.0), and Cast's backward reads
+        # only its input's dtype (mindspore/ccsrc/frontend/expander/bprop/grad_ops/grad_array_ops.cc, `Cast`'s
+        # `SetUnusedInputs({i0, i1, i2})`), so the gathered parameter-dtype copy is not kept. The parameter is held
+        # in its own dtype and is the optimizer's master (`moment_bytes`). A sliced embedding table keeps nothing:
+        # MindFormers' `LlamaEmbedding.construct` looks its rows up with a Gather of the parameter itself, no cast
+        # (llama_layer.py, v1.3.0 debac6a97), and Gather's backward reads only the indices and the gradient
+        # (mindspore/ops/grad/grad_array_ops.cc at v2.4.0, `REG_BPROP_BUILDER("Gather").SetUnusedInputs({i0,
+        # i4})`): the gathered table is freed after the lookup (its forward transient, and the whole table's
+        # gradient the backward reduce-scatters, are `parameter_working_bytes`'s)
+        kept = not isinstance(kind, HeadKind)
+        gathered = _gathered(params, kind, setup) * setup.dtype_bytes if kept else 0
         return StaticBytes(
             parameters=held,
             gradients=gradients,
             optimizer_states=held,
-            parameter_bytes=held * setup.dtype_bytes,
+            parameter_bytes=held * setup.param_bytes,
             gradient_bytes=gradients * setup.param_bytes,
-            optimizer_bytes=held * setup.state_bytes,
+            optimizer_bytes=held * moment_bytes(setup),
             held_through_step_bytes=gathered,
         )
 
@@ -171,14 +197,16 @@ class MindFormersRules(FrameworkRules):
         kind: LayerKind | None = None,
         beside: tuple[str | None, str | None] = (None, None),
     ) -> float:
-        """SAPP's, and where MindSpore gathers the parameter itself (optimizer parallel without a pipeline or
-        accumulation: step_parallel.cc v2.3.0-v2.4.x, `InsertAllGatherOp`, as
-        `iteration.mindspore_gather_bytes` prices it) the layer's gathered weights whole in the parameter's
-        dtype: in the forward the AllGather's output until MindFormers' `Linear` casts it (layers.py
+        """SAPP's, and where MindSpore gathers the parameter itself (optimizer parallel without a pipeline,
+        accumulating or not: step_parallel.cc v2.3.0-v2.4.x, parallel_preprocessor.cc v2.5.0-v2.6.0,
+        `InsertAllGatherOp`, as `iteration.mindspore_gather_bytes` prices it) the layer's gathered weights whole in
+        the parameter's dtype: in the forward the AllGather's output until MindFormers' `Linear` casts it (layers.py
         `Linear.construct`, a4dfb8219), in the backward the cast-back gradient (`Cast`'s bprop, grad_array_ops.cc)
-        that the AllGather's backward reduce-scatters (one layer's: MindSpore fuses a fusion id's gathers and
-        reduce-scatters into one op each, which holds its members' at once; not counted)."""
+        that the AllGather's backward reduce-scatters, or accumulating adds into the whole `accu_grads`
+        (grad_comm_ops.py v2.5.0, `_MiniStepAllGather`'s bprop: `assign_add(z, dout)`); one layer's: MindSpore
+        fuses a fusion id's gathers and reduce-scatters into one op each, which holds its members' at once; not
+        counted."""
         base = super().parameter_working_bytes(params, setup, node, gathered, before, after, kind, beside)
-        if not setup.optimizer_parallel or setup.accumulates:
+        if not setup.optimizer_parallel or setup.pp > 1:
             return base
         return base + _gathered(params, kind, setup) * setup.param_bytes

@@ -1,0 +1,122 @@
+"""NVIDIA/dgxc-benchmarking's NeMo 1 and NeMo 2 recipes (bench/_dgxc.py): published step seconds, the settings each
+tag's yaml, launch scripts and NeMo recipes set."""
+
+from __future__ import annotations
+
+import pytest
+from bench_modules import load_bench
+
+
+@pytest.fixture(scope="module")
+def public():
+    return load_bench("public_runs")
+
+
+@pytest.fixture(scope="module")
+def rows(public):
+    return {
+        row.name: row
+        for row in public.public_runs()
+        if row.source.startswith(public.DGXC) and not row.source.startswith(public.DGXC_NEMO2)
+    }
+
+
+@pytest.fixture(scope="module")
+def nemo2(public):
+    return {row.name: row for row in public.public_runs() if row.source.startswith(public.DGXC_NEMO2)}
+
+
+def test_rows_are_the_tables_step_seconds_and_agree_with_their_tokens_per_second(rows):
+    # two tags x four tables x BF16 and FP8
+    assert len(rows) == 16
+    # v24.11.1 llama3.1/README_70b.md, "Llama 3.1 70b 24.09 FP8", 64 H100 (GBS 128): 11.01 s a step, and its
+    # "Throughput in tokens per second" 95239 = 8192 · 128 / 11.01 = 95,238.9
+    row = rows["dgxc v24.11.1 24.09 Llama 3.1 70B TP4 PP4 CP2 VP5 FP8 (64 H100)"]
+    assert row.seconds == 11.01
+    assert 8192 * 128 / row.seconds == pytest.approx(95239, abs=1)
+    # v25.02.02 nemo_megatron/README_175b.md, BF16 on 128 H100 (GBS 256, sequence 2048): 8.309 s; its tokens row:
+    # 2048 · 256 / 8.309 = 63,099.0, the table's 63099
+    row = rows["dgxc v25.02.02 24.12 GPT3 175B TP4 PP8 VP6 BF16 (128 H100)"]
+    assert row.seconds == 8.309
+    assert 2048 * 256 / row.seconds == pytest.approx(63099, abs=1)
+    # v24.11.1 llama3.1/README_405b.md FP8 on 576 H100 (GBS 252): 11.24 s; 8192 · 252 / 11.24 = 183,664.3, its 183664
+    row = rows["dgxc v24.11.1 24.09 Llama 3.1 405B TP8 PP9 CP2 VP7 FP8 (576 H100)"]
+    assert 8192 * 252 / row.seconds == pytest.approx(183664, abs=1)
+
+
+def test_layouts_and_micro_batches_are_the_yamls(public, rows):
+    # llama3.1_405b.yaml: TP 8, PP 9, VP 7, CP 2 on 72 nodes (576 GPUs): DP 576 / 144 = 4; GBS 252 at MBS 1:
+    # 63 micro-batches a replica (the table's GA=63); 126 layers, 14 a stage, 2 a model chunk
+    run = public.config(rows["dgxc v25.02.02 24.12 Llama 3.1 405B TP8 PP9 CP2 VP7 BF16 (576 H100)"])
+    assert (run.parallel.tp, run.parallel.pp, run.parallel.cp, run.parallel.dp, run.parallel.vpp) == (8, 9, 2, 4, 7)
+    assert (run.training.micro_batch_size, run.training.micro_batches) == (1, 63)
+    # llama3.1_8b.yaml: CP 2 on one node: DP 4, GBS 128: 32 micro-batches (GA=32); no TP, so no userbuffers
+    run = public.config(rows["dgxc v24.11.1 24.09 Llama 3.1 8B CP2 FP8 (8 H100)"])
+    assert (run.parallel.dp, run.training.micro_batches, run.timing.overlap.tp) == (4, 32, 0)
+    # gpt3_175b_hydra.yaml: VP 12 at v24.11.1, 6 at v25.02.02; TP 4 PP 8 on 128 GPUs: DP 4, GBS 256: 64
+    assert public.config(rows["dgxc v24.11.1 24.05 GPT3 175B TP4 PP8 VP12 FP8 (128 H100)"]).parallel.vpp == 12
+    run = public.config(rows["dgxc v25.02.02 24.12 GPT3 175B TP4 PP8 VP6 FP8 (128 H100)"])
+    assert (run.parallel.vpp, run.training.micro_batches, run.training.seq_length) == (6, 64, 2048)
+    assert run.timing.overlap.tp == 1  # ub_tp_comm_overlap: true
+
+
+def test_precision_releases_and_attention_backend_follow_each_tag(public, rows):
+    # configure.sh: model.fp8, fp8_hybrid and +model.fp8_params follow DTYPE; grad_sync_dtype bf16
+    fp8 = public.config(rows["dgxc v24.11.1 24.09 Llama 3.1 70B TP4 PP4 CP2 VP5 FP8 (64 H100)"])
+    bf16 = public.config(rows["dgxc v24.11.1 24.09 Llama 3.1 70B TP4 PP4 CP2 VP5 BF16 (64 H100)"])
+    assert (fp8.timing.matmul_dtype, fp8.timing.fp8_recipe, fp8.timing.fp8_param_gather) == ("fp8", "delayed", True)
+    # model.fp8=false: the GEMMs in training.dtype (no matmul_dtype), no FP8 weight copies
+    assert (bf16.timing.matmul_dtype, bf16.timing.fp8_param_gather, bf16.training.fp8_cache) == (None, False, "none")
+    assert fp8.training.grad_bytes == bf16.training.grad_bytes == 2
+    # FW_VERSION 24.09: Megatron Core 0.9.0, TE 1.10 (the user guide's component table); the 175B's 24.05: 0.7.0
+    assert fp8.framework_release.megatron_core == "0.9.0"
+    assert fp8.framework_release.transformer_engine == "1.10"
+    old = public.config(rows["dgxc v24.11.1 24.05 GPT3 175B TP4 PP8 VP12 BF16 (128 H100)"])
+    assert old.framework_release.megatron_core == "0.7.0"
+    # v24.11.1's 175B launch.sh NVTE_FUSED_ATTN=0: TE's flash-attn; v25.02.02's configure.sh NVTE_FUSED_ATTN=1
+    assert old.timing.te_attention_backend == "flash"
+    new = public.config(rows["dgxc v25.02.02 24.12 GPT3 175B TP4 PP8 VP6 BF16 (128 H100)"])
+    assert (new.timing.te_attention_backend, new.framework_release.megatron_core) == ("fused", "0.10.0")
+
+
+def test_every_row_fits_its_device(public, rows, nemo2):
+    # they trained: ppb's peak must fit the device (80 GB H100, 186 GB GB200)
+    assert public.over_device([*rows.values(), *nemo2.values()]) == []
+
+
+def test_nemo2_rows_are_the_tables_step_seconds(nemo2):
+    # v25.04.02: 8B, 70B (BF16 and FP8 layouts apart), 405B, two dtypes each; v25.05.05: 405B on GB200 and H100
+    assert len(nemo2) == 10
+    # v25.04.02 llama3.1/README.md "Llama 3.1 8b BF16", 8 H100: 12.27 s, and its tokens/s 85459 = 8192 · 128 / 12.27
+    # = 85,459.2 (GBS 16 a GPU: llama31_auto_configs)
+    row = nemo2["dgxc v25.04.02 25.02.01 Llama 3.1 8B CP2 BF16 (8 H100)"]
+    assert row.seconds == 12.27
+    assert 8192 * 128 / row.seconds == pytest.approx(85459, abs=1)
+    # v25.05.05 "Llama3.1 405b FP8", 128 GB200 (GBS 64): 6.131 s; 8192 · 64 / 6.131 = 85,514.6, the table's 85514
+    row = nemo2["dgxc v25.05.05 25.04.01 Llama 3.1 405B TP4 PP8 CP2 VP8 FP8 (128 GB200)"]
+    assert 8192 * 64 / row.seconds == pytest.approx(85514, abs=1)
+
+
+def test_nemo2_rows_run_the_scripts_defaults(public, nemo2):
+    # llama31_auto_configs (v25.04.02): the 70B's FP8 sizes TP 4, PP 8, CP 1, VP 5 on 64 GPUs: DP 2, GBS 2 a GPU =
+    # 128, 64 micro-batches; DP, PP and VP above 1: parameter gathers with the optimizer step (set_primary_perf_configs)
+    run = public.config(nemo2["dgxc v25.04.02 25.02.01 Llama 3.1 70B TP4 PP8 VP5 FP8 (64 H100)"])
+    assert (run.parallel.pp, run.parallel.cp, run.parallel.dp, run.training.micro_batches) == (8, 1, 2, 64)
+    assert run.timing.overlap_param_gather_with_optimizer_step is True
+    # the scripts' default fp8_recipe "ds": bf16_with_fp8_mixed, delayed scaling with FP8 parameters; the
+    # performance recipes' grad_reduce_in_fp32 False
+    assert (run.timing.fp8_recipe, run.timing.fp8_param_gather, run.training.grad_bytes) == ("delayed", True, 2)
+    # userbuffers_fp8_h100_h8192_tp4_mbs1_seqlen8192: proj_fprop / fc2_fprop pipelined, set_sm_margin True
+    assert run.timing.overlap.tp == 1 and run.timing.ub_sm_margin is True
+    assert run.timing.tp_comm_overlap_methods == {}
+    # userbuffers_fp8_b200_h16384_tp4_cp2_mbs1_seqlen8192 (GB200's): ring-exchange proj_fprop and fc2_fprop
+    run = public.config(nemo2["dgxc v25.05.05 25.04.01 Llama 3.1 405B TP4 PP8 CP2 VP8 FP8 (128 GB200)"])
+    assert run.timing.tp_comm_overlap_methods == {"proj_fprop": "ring_exchange", "fc2_fprop": "ring_exchange"}
+    # launch.sh: 128 GB200, TP 4 PP 8 CP 2: DP 2, GBS 64: 32 micro-batches; TE's fused cross-entropy at 6f2c6fdaff
+    assert (run.parallel.dp, run.training.micro_batches, run.timing.cross_entropy_fusion_impl) == (2, 32, "te")
+    # d2b21556f2's set_primary_perf_configs sets no cross_entropy_fusion_impl (the native fusion)
+    old = public.config(nemo2["dgxc v25.04.02 25.02.01 Llama 3.1 405B TP8 PP8 CP2 VP8 BF16 (1024 H100)"])
+    assert old.timing.cross_entropy_fusion_impl != "te"
+    assert (old.timing.matmul_dtype, old.training.fp8_cache, old.timing.fp8_param_gather) == (None, "none", False)
+    # 1024 GPUs at TP 8, PP 8, CP 2: DP 8; GBS half the GPUs, 512: 64 micro-batches
+    assert (old.parallel.dp, old.training.micro_batches) == (8, 64)
