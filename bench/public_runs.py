@@ -77,7 +77,8 @@ Sources:
   `V130_ROWS`). Groups of their own (session 28).
 - NVIDIA/dgxc-benchmarking's NeMo 1 recipes (tags v24.11.1, v25.02.02): Llama 3.1 8B/70B/405B and GPT-3 175B step
   seconds on H100, BF16 and FP8, with each tag's yaml and launch overrides (bench/_dgxc.py), a group of its own; and
-  its NeMo 2 recipes (v25.04.02: Llama 3.1 8B/70B/405B on H100; v25.05.05: 405B on GB200 and H100), another.
+  its NeMo 2 recipes (v25.04.02: Llama 3.1 8B/70B/405B on H100; v25.05.05: 405B and DeepSeek-V3 on GB200 and
+  H100), another.
 
 Prints each row's published and predicted seconds and the error, then the mean absolute error of
 each group of rows and of all; then the H100-vs-A100 pairs of identical configs; with --classes, for
@@ -99,8 +100,15 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))  # also when a test loads this file by its path
 
 from _bigscience import BLOOM, bloom_row  # noqa: E402
-from _bridge_cards import BRIDGE_CARDS, SKIPPED_BRIDGE, bridge_card_rows  # noqa: E402
-from _dgxc import DGXC, DGXC_NEMO2, SKIPPED_DGXC, dgxc_rows, nemo2_dgxc_rows  # noqa: E402
+from _bridge_cards import (  # noqa: E402
+    BRIDGE_CARDS,
+    BRIDGE_VERIFICATION,
+    SKIPPED_BRIDGE,
+    SKIPPED_CARDS,
+    bridge_card_rows,
+    bridge_verification_rows,
+)
+from _dgxc import DGXC, DGXC_NEMO2, SKIPPED_DGXC, deepseek_dgxc_rows, dgxc_rows, nemo2_dgxc_rows  # noqa: E402
 from _measure import machine  # noqa: E402
 from _mindformers import (  # noqa: E402
     CARDS,
@@ -653,7 +661,7 @@ def _nemo_release_runs() -> list[PublicRun]:
 
 def _bridge_card_runs() -> list[PublicRun]:
     """Megatron-Bridge's own measured runs of its recipes (bench/_bridge_cards.py)."""
-    return [PublicRun(**row) for row in bridge_card_rows()]
+    return [PublicRun(**row) for row in (*bridge_card_rows(), *bridge_verification_rows())]
 
 
 def _nemo_2407_runs() -> list[PublicRun]:
@@ -698,7 +706,7 @@ def _mindformers_v130_runs() -> list[PublicRun]:
 
 def _dgxc_runs() -> list[PublicRun]:
     """NVIDIA/dgxc-benchmarking's NeMo 1 and NeMo 2 recipes' step times (bench/_dgxc.py)."""
-    return [PublicRun(**row) for row in (*dgxc_rows(), *nemo2_dgxc_rows())]
+    return [PublicRun(**row) for row in (*dgxc_rows(), *nemo2_dgxc_rows(), *deepseek_dgxc_rows())]
 
 
 def public_runs() -> list[PublicRun]:
@@ -799,7 +807,7 @@ GROUPS = {
     "NeMo GPT-OSS 120B (25.11, 26.04)": lambda source: source in (NEMO_2511_GPT_OSS, NEMO_2604_GPT_OSS),
     "NeMo GB300 / B300 (25.11, 26.04)": lambda source: source in (NEMO_2511_ULTRA, NEMO_2604_ULTRA),
     "NeMo archive 25.09 / 26.02 / 26.02.01 / 26.06": lambda source: source.startswith(ARCHIVE),
-    "Megatron-Bridge cards, combined 1F1B A/B": lambda source: source == BRIDGE_CARDS,
+    "Megatron-Bridge cards": lambda source: source in (BRIDGE_CARDS, BRIDGE_VERIFICATION),
     "NeMo 24.07 H100": lambda source: source == NEMO_2407,
     "NeMo 2 25.02 / 25.04 / 25.07": lambda source: source.startswith(NEMO2),
     "other torchtitan benchmark": lambda source: source.startswith(TITAN_SOURCES),
@@ -970,7 +978,7 @@ def main() -> int:
     for label, reason in (*SKIPPED, *SKIPPED_2407, *SKIPPED_NEMO2):  # bench/_nemo_releases.py, bench/_nemo_2407.py
         print(f"not priced: NeMo {label}: {reason}")
     # bench/_papers.py, bench/_mindformers.py, bench/_bridge_cards.py, bench/_dgxc.py
-    for label, reason in (*NARAYANAN_SKIPPED, *SKIPPED_V130, *SKIPPED_BRIDGE, *SKIPPED_DGXC):
+    for label, reason in (*NARAYANAN_SKIPPED, *SKIPPED_V130, *SKIPPED_BRIDGE, *SKIPPED_CARDS, *SKIPPED_DGXC):
         print(f"not priced: {label}: {reason}")
     print(
         "mbs 2: the Megatron rows with micro-batches of 2 sequences (the table does not state the size; "

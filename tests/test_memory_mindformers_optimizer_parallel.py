@@ -179,6 +179,23 @@ def test_embedding_sliced_only_under_model_config_parallel_optimizer():
     assert _static(sliced, "HEAD").parameters == 65536 // 8
 
 
+def test_a_sliced_embedding_table_is_not_kept_gathered():
+    """LlamaEmbedding looks rows up with a Gather of the parameter (llama_layer.py v1.3.0), and Gather's backward
+    does not read the table (grad_array_ops.cc v2.4.0, `SetUnusedInputs({i0, i4})`): the HEAD's gathered table,
+    1024 x 64 = 65536 elements, is not held to the backward, where the TAIL's output Linear keeps its bf16 weight,
+    65536 x 2 B = 131072 (sliced: 256 KB in fp32, over the 64 KB default). One micro-batch, no pipeline: the
+    HEAD's forward still holds the fp32 AllGather output, 65536 x 4 B = 262144, until the lookup."""
+    run = _run({"embedding_parallel_optimizer": True})
+    assert _static(run, "HEAD").held_through_step_bytes == 0
+    assert _static(run, "TAIL").held_through_step_bytes == 65536 * 2 == 131072
+    memory = model(run)
+    head = layers(run)["HEAD"]
+    working = memory.rules.parameter_working_bytes(
+        memory.parameters(head), memory.setup, "HEAD", 2, None, None, head.kind
+    )
+    assert working == 65536 * 4 == 262144
+
+
 def test_sapp_zero_levels_unchanged_without_the_statement():
     """Without enable_parallel_optimizer, framework mindformers keeps SAPP's ZeRO-1: parameters and
     gradients whole, states over dp 8 (41088/8 = 5136)."""

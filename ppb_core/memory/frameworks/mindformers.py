@@ -168,8 +168,14 @@ class MindFormersRules(FrameworkRules):
         # `pipeline_stage_split_num() <= 1`, 74a88bb0053, in every tag v2.3.0-v2.6.0), and Cast's backward reads
         # only its input's dtype (mindspore/ccsrc/frontend/expander/bprop/grad_ops/grad_array_ops.cc, `Cast`'s
         # `SetUnusedInputs({i0, i1, i2})`), so the gathered parameter-dtype copy is not kept. The parameter is held
-        # in its own dtype and is the optimizer's master (`moment_bytes`)
-        gathered = _gathered(params, kind, setup) * setup.dtype_bytes
+        # in its own dtype and is the optimizer's master (`moment_bytes`). A sliced embedding table keeps nothing:
+        # MindFormers' `LlamaEmbedding.construct` looks its rows up with a Gather of the parameter itself, no cast
+        # (llama_layer.py, v1.3.0 debac6a97), and Gather's backward reads only the indices and the gradient
+        # (mindspore/ops/grad/grad_array_ops.cc at v2.4.0, `REG_BPROP_BUILDER("Gather").SetUnusedInputs({i0,
+        # i4})`): the gathered table is freed after the lookup (its forward transient, and the whole table's
+        # gradient the backward reduce-scatters, are `parameter_working_bytes`'s)
+        kept = not isinstance(kind, HeadKind)
+        gathered = _gathered(params, kind, setup) * setup.dtype_bytes if kept else 0
         return StaticBytes(
             parameters=held,
             gradients=gradients,
