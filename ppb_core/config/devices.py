@@ -36,8 +36,8 @@ Achieved fractions are measured, not datasheet figures:
   These are levels at 16k tokens without the mask; other lengths and the causal mask follow each
   kernel's measured curves (`ppb_core.timing.attention_rates`).
 - `comm_efficiency`: NCCL's bus bandwidth over the link rate: nccl-tests all_reduce on 8 A100 SXM4
-  reaches 230-250 GB/s of NVLink 3's 300 (0.8); ring all-gather / reduce-scatter on 8 H100 SXM
-  reach about 0.8 of 450 as well (NVLink SHARP all-reduce more). Used for every link. B200: 0.802,
+  reaches 230-250 GB/s of NVLink 3's 300 (0.8); NVLink SHARP all-reduce on 8 H100 more. Used for every
+  collective but a measured all-gather / reduce-scatter (`nccl_gather_shares`: 8 H100 0.745). B200: 0.802,
   NCCL's own per-link figure for NVLink 5 (src/graph/topo.h SM100_NVLINK_BW, 40.1 of 50 GB/s).
 - `nccl_gather_shares`: NCCL's all-gather / reduce-scatter bus bandwidth over the link rate inside one
   NVLink domain, by group size, where measured (nccl-tests in NVIDIA's aiconfigurator; `NCCL_GATHER_SHARES_*`):
