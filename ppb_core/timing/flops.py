@@ -2168,6 +2168,12 @@ ALLGATHER_PERMUTE_COUNTS = 2
 ALLGATHER_PERMUTE = {False: (7, 2), True: (4, 1)}  # (unfused, fused) permute, without the probabilities'
 ALLGATHER_PROBS = (6, 5)
 ALLGATHER_UNPERMUTE = {False: (2, 1), True: (1, 1)}
+# With one local expert (EP = the expert count: Megatron CI's EP 8 cases) the local map and probabilities are
+# [T, 1] columns, whose transposes (`.T.contiguous()` in `permute` and before `masked_select`,
+# token_dispatcher.py `dispatch_postprocess` at 5fe3f06658 and d98e8a64) are [1, T] views PyTorch already
+# holds contiguous (`Tensor.contiguous` returns self): no copy, no kernel, no bytes. The permute's map
+# transpose (unfused only) and the probabilities' and the map's before `masked_select`.
+ALLGATHER_ONE_EXPERT_VIEWS = {False: 3, True: 2}
 
 
 def _allgather_dispatch(moe: Moe, geo: OpGeometry, h: int, inputs: tuple[str, ...], p: str) -> list[Op]:
@@ -2223,29 +2229,33 @@ def _allgather_dispatch(moe: Moe, geo: OpGeometry, h: int, inputs: tuple[str, ..
     # Forward HBM bytes: the columns' copies (map 1 + 1, probabilities pb + pb, with EP), their count (1),
     # the map's transpose (1 + 1), the argsort's one-byte keys read and int64 indices written (1 + 8), the
     # rows gathered (index_select: rows·h read + written); the probabilities' transposes (pb + pb, 1 + 1)
-    # and masked_select's read of both and its rows written. Backward: the tokens' gradient zero-filled
-    # (T·h) and the rows added in (read + read-modify-write: 3·rows·h), the probabilities' gradient
-    # scattered into zeros (cells·pb written, the mask and the rows read, the rows written) and copied
-    # into the slice's zero-filled `[T, E]` gradient (T·E·pb written, cells·pb read and written).
+    # and masked_select's read of both and its rows written (no transposes with one local expert: views).
+    # Backward: the tokens' gradient zero-filled (T·h) and the rows added in (read + read-modify-write:
+    # 3·rows·h), the probabilities' gradient scattered into zeros (cells·pb written, the mask and the rows
+    # read, the rows written) and copied into the slice's zero-filled `[T, E]` gradient (T·E·pb written,
+    # cells·pb read and written).
     sliced = 2 * cells * (1 + pb) if geo.ep > 1 else 0.0
-    probs_forward = cells * (2 * pb + 2 + pb + 1) + rows * pb
     permute_fusion = geo.permute_fusion
+    column = local == 1  # the transposes are views (`ALLGATHER_ONE_EXPERT_VIEWS`)
+    probs_forward = cells * ((0 if column else 2 * pb + 2) + pb + 1) + rows * pb
+    map_transpose = 0 if column else 2
     slices = ALLGATHER_PERMUTE_SLICES if geo.ep > 1 else 0
     permute_launches = ALLGATHER_PERMUTE[permute_fusion]
+    views = ALLGATHER_ONE_EXPERT_VIEWS[permute_fusion] if column else 0
     ops.append(
         Op(
             p + "local_permute",
             block,
             MEMORY,
             inputs=(source, *inputs[1:]),
-            bytes=sliced + cells + cells * (2 + 9) + 2 * rows * h_bytes * bc + probs_forward,
+            bytes=sliced + cells + cells * (map_transpose + 9) + 2 * rows * h_bytes * bc + probs_forward,
             backward_bytes=gathered * h_bytes * bc
             + 3 * rows * h_bytes * bc
             + cells * (3 * pb + 1)
             + 2 * rows * pb
             + gathered * experts * pb,
             launches=(
-                slices + ALLGATHER_PERMUTE_COUNTS + permute_launches[0] + ALLGATHER_PROBS[0],
+                slices + ALLGATHER_PERMUTE_COUNTS + permute_launches[0] + ALLGATHER_PROBS[0] - views,
                 permute_launches[1] + ALLGATHER_PROBS[1],
             ),
         )
