@@ -39,6 +39,13 @@ def test_a_layer_pair_on_two_streams_by_hand():
     assert step_saving([], [B]) == 0.0
 
 
+def test_a_layers_own_other_half_does_not_count_beside_compute():
+    # real layers carry both halves: the pair runs the forward layer's two all-to-alls and the backward
+    # layer's two (`pair_step`), 4 beside compute, not the 8 both layers' segments hold: 4 − 0.1·4
+    both = Segments(2, 1, 3, 1, 1, 4, 2, 1, 4, forward_alone=7, backward_alone=12)
+    assert step_saving([both], [both], contention=0.1) == pytest.approx(3.6)
+
+
 def test_delayed_weight_gradients_leave_the_dispatch_s_backward_by_hand():
     """model_chunk_schedule_plan.py `TransformerLayerSchedulePlan.run` (d98e8a64): without
     --delay-wgrad-compute the experts' weight gradient is part of `mlp.backward`, which the dispatch's

@@ -229,8 +229,10 @@ def step_saving(
         f.pre_forward + f.mlp_forward + b.mlp_backward + b.mlp_backward_dw + b.pre_backward + b.pre_backward_dw
         for f, b in zip(forwards[:pairs], backwards[:pairs], strict=True)
     )
+    # the forward layer's all-to-alls and the backward layer's: what the comm stream ran (`pair_step`)
     communication = sum(
-        f.communication + b.communication for f, b in zip(forwards[:pairs], backwards[:pairs], strict=True)
+        f.dispatch_forward + f.combine_forward + b.combine_backward + b.dispatch_backward
+        for f, b in zip(forwards[:pairs], backwards[:pairs], strict=True)
     )
     beside = max(0.0, communication - max(0.0, step - computing))
     return max(0.0, alone - step - contention * beside)
