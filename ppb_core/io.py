@@ -313,6 +313,25 @@ def _yaml_problem(problem: str | None) -> str:
     return text if len(text) <= 120 else text[:120] + "…"
 
 
+# Another tool's files a person may hand to a command that reads a run config or a layers.json: each named by its
+# suffix, with the `ppb import` that writes the run config from it (it read as "not valid YAML at line 2")
+FOREIGN = {
+    ".toml": ("a torchtitan job TOML", "torchtitan"),
+    ".sh": ("a launch script", "megatron"),
+    ".bash": ("a launch script", "megatron"),
+}
+
+
+def refuse_foreign(path: str | Path, what: str, importable: bool = True) -> None:
+    """One line for a job TOML or a launch script given where *what* (a run config, ...) is read; *importable*:
+    what is read is a run config, which `ppb import` writes from it."""
+    found = FOREIGN.get(Path(path).suffix.lower())
+    if found is not None:
+        said, tool = found
+        how = f"`ppb import {tool} {Path(path).name} --gpus N --device NAME -o run.yaml` writes the run config"
+        raise InputError(path, None, f"{said}, not {what}" + (f": {how}" if importable else ""))
+
+
 def read_yaml(path: str | Path, directory_problem: str = "is a directory, not a YAML file") -> Any:
     """The parsed YAML of a file, at most `limits.YAML_BYTES`; any problem is an InputError naming it."""
     return parse_yaml(read_text(path, directory_problem, limits.YAML_BYTES), path)

@@ -289,3 +289,50 @@ def test_a_uniform_split_fits_by_the_peak_beside_it_and_the_gain_is_over_one_tha
     row = next(line for line in out.splitlines() if line.startswith("│   NONE │"))
     assert row.split("│")[2].strip() == "yes" and "26,139" in row
     assert "over the best uniform split" in out and "(NONE)" in out
+
+
+@pytest.mark.parametrize("flags", [["-i", "2"], ["-s", "2"]])
+def test_other_sizes_than_a_stated_layouts_plan_as_the_run_without_it(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, flags: list[str]
+) -> None:
+    """A layout places the run's layers at its own sizes; the balancer finds its own split whatever it says. With
+    `-i 2` (or `-s 2`) configs/llama3-8b.yaml laid out 'Et*8|t*8|t*8|t*8L' (its even split, 4 stages of 1 chunk)
+    stopped after the solve on `cell_counts: expected 2 chunks of 4 stages` (the plan priced with the layout's
+    sizes); now it plans as the run config without the layout does at the same flags."""
+    text = (CONFIGS / "llama3-8b.yaml").read_text().replace("hf/", f"{CONFIGS}/hf/")
+    laid = tmp_path / "laid.yaml"
+    laid.write_text(text.replace("schedule: 1f1b,", "schedule: 1f1b, layout: 'Et*8|t*8|t*8|t*8L',"))
+    plain = tmp_path / "plain.yaml"
+    plain.write_text(text)
+    code, out, err = _run(capsys, str(laid), *flags, "--json", "-q")
+    assert code == 0, err
+    code, same, _ = _run(capsys, str(plain), *flags, "--json", "-q")
+    assert code == 0
+    ours, theirs = json.loads(out), json.loads(same)
+    assert ours["cells"] == theirs["cells"] and ours["iteration"] == theirs["iteration"]
+    assert [row["peak_mb"] for row in ours["stages"]] == [row["peak_mb"] for row in theirs["stages"]]
+
+
+def test_a_schedule_the_chunks_change_is_said_and_gpipe_over_chunks_refused(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """Megatron-LM runs 1F1B interleaved at V > 1 and plain 1F1B at V = 1 (`schedules.canonical`): `--schedule
+    1f1b` on configs/qwen2.5-7b.yaml (vpp 2) planned the interleaved schedule without a word. GPipe over 2 chunks a
+    stage the run config refuses (`vpp 2 needs schedule interleaved`), and `ppb balance` solved it."""
+    config = str(CONFIGS / "qwen2.5-7b.yaml")
+    code, out, err = _run(capsys, config, "--schedule", "1f1b", "--json", "-q")
+    assert code == 0 and json.loads(out)["input"]["schedule"] == "interleaved"
+    assert "note: --schedule 1f1b at V=2 (parallel.vpp) runs interleaved; -i 1 for one chunk a stage" in err
+    code, out, err = _run(capsys, config, "-i", "1", "--schedule", "interleaved", "--json", "-q")
+    assert code == 0 and json.loads(out)["input"]["schedule"] == "1f1b"
+    assert "note: --schedule interleaved at V=1 (-i) runs 1f1b; -i 2 or more to interleave chunks" in err
+    out_file = tmp_path / "plan.json"
+    code, out, err = _run(capsys, config, "--schedule", "gpipe", "-o", str(out_file))
+    assert code == 2 and not out_file.exists() and out == ""
+    assert err.strip() == (
+        f"ppb: error: {config}: --schedule: gpipe runs one chunk a stage, V=2 here (parallel.vpp): a run config runs "
+        "its chunks interleaved"
+    )
+    # the schedule said is the one that runs: no note
+    code, _, err = _run(capsys, config, "--schedule", "interleaved", "--json", "-q")
+    assert code == 0 and "note" not in err

@@ -19,6 +19,9 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
+import ppb_core.balance.program as program
+from ppb_core.balance.choices import Catalogue
+from ppb_core.balance.megatron import Setting
 from ppb_core.balance.plan import Plan, empty_counts, freeze
 from ppb_core.balance.problem import BalanceInput
 from ppb_core.balance.program import _none_floor, _none_floor_reaches, solve
@@ -326,3 +329,48 @@ def test_the_none_floor_never_exceeds_the_fastest_plan_in_lock_step(
     floors: dict[bool, float] = {}
     assert not _none_floor_reaches(problem, fastest * (1 + 1e-9), floors, [], True, WorkLimits(), clock, report)
     assert all(floor <= fastest * (1 + 1e-9) for floor in floors.values())
+
+
+@settings(max_examples=24, deadline=None)
+@given(
+    shape=st.sampled_from([(2, 2, 4), (2, 4, 4), (3, 2, 3)]),
+    layers=st.integers(8, 12),  # a block a cell at least
+    memory=st.floats(20.0, 400.0),
+    work=st.floats(6.0, 40.0),
+)
+def test_a_listing_the_memory_refused_nothing_of_is_the_listing_with_memory_unbounded(
+    shape: tuple[int, int, int], layers: int, memory: float, work: float
+) -> None:
+    # `Catalogue.memory_refused` (what lets the none setting's own proof stand for `_none_floor`): while it is
+    # false, the stage choices listed at a work limit are the ones listed with memory unbounded; once a choice
+    # the work limit kept did not fit, the unbounded listing has more
+    stages, chunks, m = shape
+    layers_set = runnable(layer_set([_body(layers)]), op=False)
+    problem = BalanceInput(layers_set, stages, m, chunks, memory, schedule="interleaved", framework="torchtitan")
+    free = replace(problem, memory_mb=1e15)
+    held, unbounded = Catalogue(problem, Setting("none")), Catalogue(free, Setting("none"))
+    listed = [held.stage_choices(s, work, layers) for s in range(stages)]
+    everything = [unbounded.stage_choices(s, work, layers) for s in range(stages)]
+    assert not unbounded.memory_refused
+    assert (listed == everything) is not held.memory_refused
+
+
+def test_the_none_settings_proof_is_the_none_floor_where_the_memory_refused_nothing(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # P = 2, V = 2, m = 4, 8 blocks (forward 1, backward 2 under NONE, 3 under FULL): the even split all NONE
+    # takes 56 in lock step (test_even_cells_by_hand_and_against_the_op_graph). With 10 MB a block in flight and
+    # 1,000,000 MB, the memory refuses no stage choice, so the none setting's proof, 56, is `_none_floor`'s on the
+    # lock step: the every N-th settings are passed by it without solving the same program again with memory
+    # unbounded (Llama-3.1-8B PP 2 × 4 chunks, no memory limit: 40 → 22 CPU s, the same plan)
+    def unsolved(*args: object, **kwargs: object) -> float:
+        raise AssertionError("the none floor was solved again")
+
+    monkeypatch.setattr(program, "_none_floor", unsolved)
+    solution = solve(_problem(8, memory=1e6))
+    assert solution.status == "optimal" and solution.objective == pytest.approx(56.0)
+    assert any("none faster than 56 (`_none_floor`)" in note for note in solution.notes)
+    # where the memory refuses a choice the none setting's proof stands for that memory alone: at 64 MB an even
+    # NONE stage (2 blocks a cell, 10 MB each a micro-batch, up to 4 micro-batches in flight) does not fit
+    catalogue = Catalogue(_problem(8, memory=64.0), Setting("none"))
+    assert all(catalogue.stage_choices(s, 40.0, 8) for s in range(2)) and catalogue.memory_refused

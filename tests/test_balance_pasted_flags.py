@@ -66,3 +66,29 @@ def test_deepseek_v3_leads_with_what_megatron_can_run(capsys: pytest.CaptureFixt
     assert said["flags_of"] == "alternative" and "--recompute-granularity" in said["flags"]
     # the plan's layout alone runs no recompute: ppb check finds a stage out of memory
     assert _check(capsys, config, said["layout_only"]) == 1
+
+
+def test_the_printed_layout_says_which_launch_flags_it_replaces(capsys: pytest.CaptureFixture[str]) -> None:
+    # configs/qwen2.5-7b.yaml runs 2 virtual stages a rank without a layout: its launch says them with
+    # --num-layers-per-virtual-pipeline-stage (or --num-virtual-stages-per-pipeline-rank). Megatron-LM's
+    # arguments.py `validate_args` (d98e8a64) takes no more than one of those and the layout ("No more than one of
+    # the following arguments can be set at the same time"), and transformer_config.py `__post_init__` no layout
+    # beside --decoder-first/last-pipeline-num-layers or --account-for-embedding/loss-in-pipeline-split. The
+    # layout printed alone gave no word of it; pasted beside the launch's own flag it is refused.
+    config = next(path for path in CONFIGS if path.stem == "qwen2.5-7b")
+    result, lines = _balance(capsys, config)
+    said = result["megatron"]
+    assert said["replaces"] == [
+        "--num-layers-per-virtual-pipeline-stage",
+        "--num-virtual-stages-per-pipeline-rank",
+        "--decoder-first-pipeline-num-layers",
+        "--decoder-last-pipeline-num-layers",
+        "--account-for-embedding-in-pipeline-split",
+        "--account-for-loss-in-pipeline-split",
+    ]
+    after = lines[lines.index(f"Megatron-LM: {said['flags']}") + 1]
+    assert after.startswith("  (the layout replaces any --num-layers-per-virtual-pipeline-stage, ")
+    assert "Megatron-LM refuses them beside a layout" in after
+    # beside the launch's own virtual-stage flag the flags are refused (ppb check reads them as Megatron-LM does)
+    assert _check(capsys, config, f"{said['flags']} --num-layers-per-virtual-pipeline-stage 7") == 2
+    assert _check(capsys, config, said["flags"]) == 0

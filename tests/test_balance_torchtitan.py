@@ -543,6 +543,7 @@ def test_check_and_the_report_give_the_optimums_torchtitan_lines(
     # (the chain's tables price the run as the file does: tests/test_config.py, the unstated overlap shares)
     tables = run_chain(run, until="plan_report")
     markdown = report_files(tables["plan_report"])[".md"].decode()
+    assert "Megatron-LM" not in markdown  # the report printed `--pipeline-model-parallel-layout` too
     block = markdown.split("```toml\n", 1)[1].split("```", 1)[0]
     said = [line.strip() for line in block.splitlines() if line.strip()]
     assert said == lines
@@ -666,3 +667,29 @@ def test_check_refuses_the_op_policy_for_a_run_that_does_not_state_it(
     assert main(["check", str(tmp_path / "run.yaml"), "--plan", str(plan), "--no-optimum", "-q"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and f"{plan}: activation_checkpoint.selective_ac_option: op: the run config" in err
+
+
+def test_check_reads_the_split_torchtitan_cuts_itself(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # A whole job TOML that names no modules: torchtitan v0.2.2 pipeline_parallel.py `pipeline_llm` cuts the 32
+    # layers itself, 9 a stage with the embedding and output counted as a layer each: ⌈34 / 9⌉ = 4 stages of
+    # 34 = 9 + 9 + 8 + 8, less one on the first and last: 8 | 9 | 8 | 7 (`generate_llm_fqn_per_model_part`).
+    # `ppb import torchtitan` read that split; `ppb check --plan` refused the same file ("module_fqns_per_model_part:
+    # is missing"). It now prices the split the import read: the same as the module names of 8 | 9 | 8 | 7.
+    job = tmp_path / "job.toml"
+    job.write_text(REST + PP2V2 + FULL_AC)
+    run = tmp_path / "run.yaml"
+    assert main(["import", "torchtitan", str(job), "--gpus", "8", "--device", "h100-80gb", "-o", str(run)]) == 0
+    assert import_torchtitan(job.read_text(), 8, "h100-80gb").raw["parallel"]["layout"] == (
+        "E" + "t" * 8 + "|" + "t" * 9 + "|" + "t" * 8 + "|" + "t" * 7 + "L"
+    )
+    capsys.readouterr()
+    assert main(["check", str(run), "--plan", str(job), "--no-optimum", "--json"]) == 0
+    whole = json.loads(capsys.readouterr().out)
+    assert [row["layers"] for row in whole["stages"]] == [8 + 8, 9 + 7]
+    named = tmp_path / "named.toml"
+    fqns = module_fqns([8, 9, 8, 7])
+    named.write_text(REST + PP2V2 + f"module_fqns_per_model_part = {json.dumps(fqns)}\n" + FULL_AC)
+    assert main(["check", str(run), "--plan", str(named), "--no-optimum", "--json"]) == 0
+    said = json.loads(capsys.readouterr().out)
+    assert said["iteration_s"] == whole["iteration_s"]
+    assert [row["peak_mb"] for row in said["stages"]] == [row["peak_mb"] for row in whole["stages"]]

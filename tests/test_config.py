@@ -165,6 +165,12 @@ def test_model_switches_override_training_switches():
         ),
         ({"parallel__cp": 3}, "training.seq_length", "not divisible by cp 3"),
         ({"parallel__vpp": 2}, "parallel", "needs schedule interleaved"),
+        # 2 chunks a stage from the layout, vpp not written: it read "vpp 2 needs schedule interleaved" (qa29)
+        (
+            {"parallel__layout": "E" + "|".join(["tt"] * 4) + "L", "parallel__schedule": "1f1b"},
+            "parallel",
+            "schedule 1f1b runs one chunk a stage; the layout has 2 virtual stages per rank",
+        ),
         ({"parallel__zero": 4}, "parallel.zero", "got 4"),
         ({"parallel__dp": 0}, "parallel.dp", "greater than 0"),
         ({"parallel__dp": -2}, "parallel.dp", "greater than 0"),

@@ -409,6 +409,26 @@ CASES: list[tuple[str, dict[str, str | bytes | Sparse], list[str], list[str]]] =
     ("bad-flag-value", {}, ["balance", "x.json", "-mb", "many"], ["-mb/--micro-batches", "many"]),
     # Big valid-looking input: a run config of 100 MB is refused by its size, unread.
     ("run-config-100mb", {"big.yaml": Sparse(100 * 2**20)}, ["estimate", "big.yaml"], ["big.yaml", "bytes"]),
+    # Another tool's file where a run config goes: it read as "not valid YAML at line 2" (a job TOML) or "expected
+    # a mapping at the top level" (a launch script); the line names the `ppb import` that writes the run config.
+    (
+        "job-toml-as-run-config",
+        {"job.toml": '[model]\nname = "llama3"\n[training]\nseq_len = 8192\n'},
+        ["estimate", "job.toml"],
+        ["job.toml: a torchtitan job TOML, not a run config", "ppb import torchtitan job.toml"],
+    ),
+    (
+        "launch-script-as-layers",
+        {"train.sh": "torchrun pretrain_gpt.py --num-layers 32 --hidden-size 4096\n"},
+        ["balance", "train.sh", "-o", "plan.json"],
+        ["train.sh: a launch script, not a run config (.yaml) nor a layers.json", "ppb import megatron train.sh"],
+    ),
+    (
+        "job-toml-as-search-spec",
+        {"job.toml": '[model]\nname = "llama3"\n'},
+        ["search", "job.toml"],
+        ["job.toml: a torchtitan job TOML, not a search spec (searches/*.yaml)"],
+    ),
 ]
 
 

@@ -93,6 +93,9 @@ def test_a_table_without_a_column_is_refused(stages: pd.DataFrame) -> None:
         # qwen2.5-vl-7b's plan: faster by the balancer's layer times, slower by the whole time model;
         # it read "1.00× faster" (3.680 / 3.693 = 0.9965 rounded up)
         (3.693, 3.680, "1.004× slower than"),  # 3.693 / 3.680 = 1.0035
+        # configs/llama3.1-8b-torchtitan.yaml (PP 1): its plan is the uniform split, which read "1.000× faster"
+        (0.877, 0.877, "as fast as"),
+        (0.8772, 0.8770, "as fast as"),  # 0.8770 / 0.8772 = 0.99977, "1.000× slower" before
     ],
 )
 def test_the_closing_line_says_which_way_the_plan_goes(planned: float, uniform: float, said: str) -> None:

@@ -4,6 +4,9 @@ flags' defaults and vocabulary agree with the core's."""
 from __future__ import annotations
 
 import json
+import os
+import signal
+import time
 from functools import partial
 from pathlib import Path
 
@@ -151,6 +154,13 @@ def test_the_help_states_the_balancers_time_limit_and_the_cores_vocabulary(capsy
         main(["estimate", "--help"])
     assert "layered (default) or reference" in " ".join(capsys.readouterr().out.split())
     assert BUFFER_RULES == ("layered", "reference")
+    # `ppb --help` says what ppb does and its exit statuses (it showed the entry module's docstring, "`ppb` entry
+    # point: each sub-command's work loaded when it runs")
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    said = " ".join(capsys.readouterr().out.split())
+    assert "entry point" not in said and "Plan pipeline-parallel training" in said
+    assert "exit status 2" in said and "exit status 1" in said
 
 
 @pytest.mark.parametrize(
@@ -201,6 +211,25 @@ def test_ctrl_c_is_one_line_and_the_shells_status(monkeypatch: pytest.MonkeyPatc
     monkeypatch.setattr(profile_cli, "run", interrupted)
     assert cli_main.main(["profile", "configs/llama3-8b.yaml"]) == 130
     assert capsys.readouterr().err == "ppb: interrupted\n"
+
+
+def test_sigterm_is_one_line_and_128_plus_15_and_what_the_command_started_ends(
+    monkeypatch: pytest.MonkeyPatch, capsys
+) -> None:
+    """`kill PID` of `ppb search` run in the background (SIGINT ignored, as a shell's `&` starts it) ended ppb at
+    once and left its forkserver and three balancing processes running on (qa29). SIGTERM is now raised where the
+    command is: `search` ends its processes as on Ctrl-C (`_Workers.close`, abandoned), then one line and 143."""
+
+    def killed(args: object) -> int:
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(5)  # the handler raises before this returns
+        return 0
+
+    before = signal.getsignal(signal.SIGTERM)
+    monkeypatch.setattr(profile_cli, "run", killed)
+    assert cli_main.main(["profile", "configs/llama3-8b.yaml"]) == 143
+    assert capsys.readouterr().err == "ppb: terminated\n"
+    assert signal.getsignal(signal.SIGTERM) is before  # the caller's handler back
 
 
 def test_import_mindformers_says_where_a_mindformers_yaml_goes(tmp_path, capsys):

@@ -166,17 +166,18 @@ def test_torchtitan_s_backward_tp_reduce_scatter_is_exposed_with_or_without_asyn
 
 
 def test_async_tp_sums_the_pulled_partial_products_after_the_last_chunk():
-    # wo's output (2048 × 1024 bf16, 4,194,304 bytes) reduce-scattered by the fused matmul-reduce-scatter:
+    # w2's output (2048 × 1024 bf16, 4,194,304 bytes) reduce-scattered by the fused matmul-reduce-scatter:
     # torch.sum over [2, 1024, 1024] reads all 4,194,304 bytes and writes half, at ROUND_DEVICE's
     # 1000 GB/s × memory_efficiency 0.5; the transfers (2,097,152 bytes at 50 GB/s: 41.9 us) hide
-    # behind wo's chunks (2·2048·1024² FLOP at 100 TFLOP/s × 0.5: 85.9 us), no SMs taken (comm_sms 0)
+    # behind the chunk of w2 computed beside them (`ppb_core.timing.symm_mem`: 1 of TP 2's chunks, half
+    # of 2·2048·1408·1024 FLOP at 100 TFLOP/s × 0.5: 59.1 us), no SMs taken (copy-engine copies)
     summed_ms = 4_194_304 * 1.5 / 500e9 * 1e3
-    assert _prices(_tp_run(overlap={"tp": 1.0}))["reduce_attention"].forward_ms == pytest.approx(summed_ms)
+    assert _prices(_tp_run(overlap={"tp": 1.0}))["reduce_mlp"].forward_ms == pytest.approx(summed_ms)
     # vanilla TP: NCCL's reduce-scatter, exposed whole, no sum kernel, but the chunk-and-cat copy of
     # its input before it (`ppb_core.timing.funcol`; the fused op above matches that pattern away):
     # 2 · 4,194,304 bytes at 500 GB/s
     vanilla_ms = (4_194_304 / 2 / 50e9 + 2 * 4_194_304 / 500e9) * 1e3
-    assert _prices(_tp_run())["reduce_attention"].forward_ms == pytest.approx(vanilla_ms)
+    assert _prices(_tp_run())["reduce_mlp"].forward_ms == pytest.approx(vanilla_ms)
 
 
 @pytest.mark.parametrize("hbm_gbs", [1000.0, 10.0])  # 10 GB/s: the partials' sum outlasts the reduce-scatter

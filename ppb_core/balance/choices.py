@@ -248,6 +248,9 @@ class Catalogue:
         self.p = problem
         self.budget = budget if budget is not None else ListingBudget(10**18)
         self.setting = setting  # a Megatron-Core setting fixes each cell's options by position
+        # whether the device's memory refused a choice the work limit kept: while it has not, the plans listed
+        # are the plans of the same problem with memory unbounded (`program._none_floor_reaches`)
+        self.memory_refused = False
         bodies = problem.layers.bodies
         self.backward = [[body.backward_time.get(o, 0.0) for o in OPTIONS] for body in bodies]
         self.activation = [[body.memory_mb.get(o, 0.0) for o in OPTIONS] for body in bodies]
@@ -473,11 +476,19 @@ class Catalogue:
                 )
                 room = p.memory_mb + p.relief_mb(stage, types)
                 if least + fixed_memory > room:
+                    if not self.memory_refused:  # the cell's choices priced only while it may tell
+                        self.memory_refused = any(
+                            choice.forward + choice.backward + fixed_work <= work_limit
+                            for choice in self.cell_choices(types, counts)
+                        )
                     continue
                 for choice in self.cell_choices(types, counts):
                     work = choice.forward + choice.backward + fixed_work
-                    if work <= work_limit and choice.parameter_mb + fixed_memory <= room:
-                        options.append(choice)
+                    if work <= work_limit:
+                        if choice.parameter_mb + fixed_memory <= room:
+                            options.append(choice)
+                        else:
+                            self.memory_refused = True
             per_chunk.append(options)
         return self._combine(stage, per_chunk, fixed_work, work_limit, reduce)
 
@@ -523,12 +534,14 @@ class Catalogue:
                 )
                 grown_masks = masks[first : first + step, None] | cell_masks[None, :]
                 # what the later chunks add at least: a partial already over with it can never fit
-                ok = (grown_work + later_work[chunk] <= work_cap) & (
-                    (grown_held + later_held[None, None, :, chunk]).max(axis=2, initial=0.0)
-                    <= memory_limit + relief[grown_masks]
-                )
+                ok = grown_work + later_work[chunk] <= work_cap
                 if period > 1:  # the rank's count runs on from its earlier chunks (`_forced`)
                     ok &= holds[before[first : first + step]]
+                room = (grown_held + later_held[None, None, :, chunk]).max(
+                    axis=2, initial=0.0
+                ) <= memory_limit + relief[grown_masks]
+                self.memory_refused |= bool((ok & ~room).any())
+                ok &= room
                 rows, columns = np.nonzero(ok)
                 kept_index.append(np.column_stack([index[first + rows], columns]))
                 kept_work.append(grown_work[rows, columns])
@@ -549,6 +562,7 @@ class Catalogue:
         fits = used <= p.memory_mb
         for row in np.nonzero(close)[0]:
             fits[row] = self.exact_memory(stage, self._cells(per_chunk, index[row])) <= Fraction(p.memory_mb)
+        self.memory_refused |= not fits.all()
         index, used = index[fits], used[fits]
         # backward in tie units (`tie_units`: near-ties equal), as the tie-break's recompute time counts it
         backward = _per_chunk(per_chunk, index, "rank")

@@ -33,6 +33,8 @@ def megatron_lines(said: Mapping[str, Any]) -> list[str]:
             f"  the plan's own layout, NOT runnable alone (it leaves out the plan's recompute): "
             f"{said['layout_only']}{why}"
         )
+    if said.get("replaces_note") and (said.get("flags") or said.get("layout_only")):
+        lines.append(f"  ({said['replaces_note']})")
     if said.get("note"):
         lines.append(f"  ({said['note']})")
     return lines

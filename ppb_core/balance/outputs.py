@@ -274,6 +274,21 @@ def group_flags(problem: BalanceInput) -> list[str]:
     return []
 
 
+# The launch's flags a pasted layout replaces: arguments.py `validate_args` (d98e8a64) takes no more than one of
+# the layout, --num-layers-per-virtual-pipeline-stage and --num-virtual-stages-per-pipeline-rank ("No more than
+# one of the following arguments can be set at the same time"), and transformer_config.py `__post_init__` no
+# layout beside an uneven first or last stage or the embedding or loss counted in the split ("cannot be set with
+# other pipeline layout arguments")
+LAYOUT_REPLACES = (
+    "--num-layers-per-virtual-pipeline-stage",
+    "--num-virtual-stages-per-pipeline-rank",
+    "--decoder-first-pipeline-num-layers",
+    "--decoder-last-pipeline-num-layers",
+    "--account-for-embedding-in-pipeline-split",
+    "--account-for-loss-in-pipeline-split",
+)
+
+
 def megatron(plan: Plan, modules: Sequence[str] | None = None) -> dict[str, Any]:
     """`--pipeline-model-parallel-layout` and the recompute flags Megatron-Core takes for this plan
     (`ppb_core.balance.megatron` holds its rules), shell-quoted in `flags`: the whole of it, or None
@@ -291,7 +306,13 @@ def megatron(plan: Plan, modules: Sequence[str] | None = None) -> dict[str, Any]
     layout_args = ["--pipeline-model-parallel-layout", layout, *group_flags(p)]
     cells = cell_option_counts(plan)
     setting = setting_of(cells, selective=modules is not None)
-    result: dict[str, Any] = {"layout": layout}
+    result: dict[str, Any] = {
+        "layout": layout,
+        "replaces": list(LAYOUT_REPLACES),
+        # what pasting the layout into a launch asks (`megatron_text` and the report print it)
+        "replaces_note": f"the layout replaces any {', '.join(LAYOUT_REPLACES)} of the launch: Megatron-LM "
+        "refuses them beside a layout",
+    }
     if setting is not None:
         recompute = setting.flags(modules)
         result.update(

@@ -96,6 +96,9 @@ class Solution:
     megatron_status: str | None = None
     # for a torchtitan run: the one setting of torchtitan's the plan runs under (`_torchtitan`)
     setting: Setting | None = None
+    # the device's memory refused no stage choice the work limits listed: `bound` holds for the same problem
+    # with memory unbounded (`_none_floor_reaches`); false wherever the listing was cut short
+    memory_free: bool = False
 
     def to_dict(self) -> dict[str, Any]:
         """The solver's own figures (the plan's are `result.report`'s), less the wall-clock `seconds`."""
@@ -698,6 +701,11 @@ def _torchtitan(
             cut = True
             report("megatron", f"torchtitan, {setting.describe()}: {STOPPED['cutoff']}", figures=(("to beat", bar),))
             continue
+        if setting.name == "none" and found.memory_free and found.bound is not None:
+            # the memory refused none of the stage choices its proof listed: its bound is `_none_floor`'s on
+            # the problem's own graph, which need not be solved again with memory unbounded (Llama-3.1-8B
+            # PP 2 × 4 chunks with no memory limit solved the same program twice)
+            floors.setdefault(False, found.bound)
         if found.plan is None or found.objective is None:
             continue
         report(
@@ -808,6 +816,8 @@ def _none_floor_reaches(
     lock_step = (
         problem.lock_step and problem.micro_batches % problem.stages == 0 and problem.group in (None, problem.stages)
     )
+    if any(floor >= target for floor in floors.values()):  # a floor already known (the none setting's own)
+        return True
     for op_graph in (True, False) if lock_step else (False,):
         free = replace(problem, memory_mb=1e15, op_graph=op_graph)
         if op_graph not in floors:
@@ -970,6 +980,7 @@ def _solve(
             clock.elapsed,
             stopped_by="time_limit" if ties_cut else closed.status,
             notes=notes,
+            memory_free=not catalogue.memory_refused,
         )
 
     if exact and problem.micro_batches * busiest >= cutoff * (1 + GAP_TOLERANCE):
@@ -1123,6 +1134,7 @@ def _solve(
         if _ties_cut(tie_break, clock, notes)
         else ("optimal" if proven else ("infeasible" if critical.status == "infeasible" else critical.status)),
         notes=notes,
+        memory_free=not catalogue.memory_refused,
     )
 
 

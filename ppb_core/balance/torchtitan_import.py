@@ -353,18 +353,7 @@ def _pipeline(toml: _Toml, par: dict[str, Any], layers: int, pp: int, notes: lis
     if par["pipeline_parallel_schedule_csv"]:
         notes.append("parallelism.pipeline_parallel_schedule_csv: a schedule from a file, not modelled")
     fqns = par["module_fqns_per_model_part"]
-    if fqns is not None:
-        stages = _stages_of_fqns(fqns, layers, where)
-    else:
-        first = toml.integer(par, "parallelism", "pipeline_parallel_first_stage_less_layers", 0)
-        last = toml.integer(par, "parallelism", "pipeline_parallel_last_stage_less_layers", 0)
-        per_stage = par["pipeline_parallel_layers_per_stage"]
-        if per_stage is None:
-            count = pp * (1 if schedule in SINGLE_STAGE else 2)
-        else:
-            per_stage = toml.integer(par, "parallelism", "pipeline_parallel_layers_per_stage")
-            count = -(-(layers + first + last) // per_stage)
-        stages = _even_split(count, layers, first, last, where)
+    stages = _stages_of_fqns(fqns, layers, where) if fqns is not None else torchtitan_split(toml, par, layers, pp)
     if len(stages) % pp:
         key = "module_fqns_per_model_part" if fqns is not None else "pipeline_parallel_layers_per_stage"
         raise InputError(where, f"parallelism.{key}", f"{len(stages)} stages do not split over pp {pp}")
@@ -379,6 +368,23 @@ def _pipeline(toml: _Toml, par: dict[str, Any], layers: int, pp: int, notes: lis
         notes.append(f"parallelism.pipeline_parallel_schedule {schedule}: the V's split priced as ppb's even one")
         return {"vpp": vpp, "schedule": "dualpipev"}
     return {"vpp": vpp, "schedule": SCHEDULES[schedule], "layout": "|".join(stages)}
+
+
+def torchtitan_split(toml: _Toml, par: dict[str, Any], layers: int, pp: int) -> list[str]:
+    """The stages torchtitan cuts where the job names no modules (*par* its [parallelism] with job_config.py's
+    defaults): `pipeline_parallel_layers_per_stage` layers a stage, else one stage a rank (two for a schedule of
+    several), the embedding and output counted as `pipeline_parallel_first/last_stage_less_layers` layers
+    (pipeline_parallel.py `pipeline_llm`, v0.2.2)."""
+    schedule = schedule_of(par["pipeline_parallel_schedule"], toml.where)
+    first = toml.integer(par, "parallelism", "pipeline_parallel_first_stage_less_layers", 0)
+    last = toml.integer(par, "parallelism", "pipeline_parallel_last_stage_less_layers", 0)
+    per_stage = par["pipeline_parallel_layers_per_stage"]
+    if per_stage is None:
+        count = pp * (1 if schedule in SINGLE_STAGE else 2)
+    else:
+        per_stage = toml.integer(par, "parallelism", "pipeline_parallel_layers_per_stage")
+        count = -(-(layers + first + last) // per_stage)
+    return _even_split(count, layers, first, last, toml.where)
 
 
 def _even_split(stages: int, layers: int, first: int, last: int, where: str) -> list[str]:

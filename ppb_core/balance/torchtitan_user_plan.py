@@ -2,7 +2,8 @@
 (`torchtitan_plan`) or a user's whole job TOML.
 
 * the split: `[parallelism] module_fqns_per_model_part` (read as `ppb import torchtitan` reads it),
-  one part a cell in model order, chunk by chunk (pipeline_module_split's "loop" style);
+  one part a cell in model order, chunk by chunk (pipeline_module_split's "loop" style), else the split
+  torchtitan cuts itself (`pipeline_parallel_layers_per_stage`, `torchtitan_import.torchtitan_split`);
 * the recompute: `[activation_checkpoint]` as torchtitan applies it (activation_checkpoint.py
   `apply_ac`), block by block of a rank counted across its chunks (`Recompute.chunk_options`);
 * the schedule: `pipeline_parallel_schedule` (1F1B when unstated, torchtitan's default) must price as
@@ -19,7 +20,15 @@ from pathlib import Path
 
 from ppb_core.balance.plan import Plan, empty_counts, freeze
 from ppb_core.balance.problem import BalanceInput
-from ppb_core.balance.torchtitan_import import SCHEDULES, _recompute, _stages_of_fqns, _Toml, schedule_of
+from ppb_core.balance.torchtitan_import import (
+    PARALLELISM_KEYS,
+    SCHEDULES,
+    _recompute,
+    _stages_of_fqns,
+    _Toml,
+    schedule_of,
+    torchtitan_split,
+)
 from ppb_core.config.recompute import TorchtitanRecompute, resolve
 from ppb_core.config.run import RunConfig
 from ppb_core.errors import InputError
@@ -42,7 +51,11 @@ def from_torchtitan(problem: BalanceInput, path: Path, run: RunConfig | None) ->
     elif len(problem.cells) == 1:  # PP 1: one part, every layer (ppb balance prints no split for it)
         parts = ["t" * problem.layers.nb_body_layers]
     else:
-        raise InputError(where, key, "is missing: the plan is its parts' module names (ppb balance prints them)")
+        # no module names: the split torchtitan cuts itself, as `ppb import torchtitan` reads it (a whole job TOML
+        # with `pipeline_parallel_layers_per_stage`, which the import read, was refused here as "missing" names)
+        full = {**PARALLELISM_KEYS, **parallelism}
+        parts = torchtitan_split(toml, full, problem.layers.nb_body_layers, problem.stages)
+        key = "parallelism.pipeline_parallel_layers_per_stage"
     if len(parts) != len(problem.cells):
         said = f"{len(parts)} parts; the run has {problem.stages} stages × {problem.chunks} chunks"
         raise InputError(where, key, said)

@@ -228,7 +228,10 @@ def plan_report(run_config: pd.DataFrame, pipeline_plan: Summarized) -> Summariz
         *((key, str(plan[key])) for key in ("offset", "recompute", "select_recompute", "select_comm_recompute")),
     ]
     headline += _mtp_headline(plan)
-    headline += megatron_headline(plan.get("megatron", {}))
+    # a torchtitan run's plan is said in its job TOML, a MindFormers run's in the yaml keys above, as `ppb balance`
+    # and `ppb check` say them: the report gave a torchtitan run `--pipeline-model-parallel-layout 'Et*32L'`
+    if run.framework == "megatron":
+        headline += megatron_headline(plan.get("megatron", {}))
     headline += torchtitan_headline(plan.get("torchtitan") or {})
     about = {
         "title": f"{run.name}: pipeline plan",
@@ -384,6 +387,8 @@ def megatron_headline(said: Mapping[str, Any]) -> list[tuple[str, str]]:
         )
     if said.get("layout_only"):
         lines.append(("the plan's own layout, NOT runnable alone (no recompute)", f"`{said['layout_only']}`"))
+    if said.get("replaces_note") and (said.get("flags") or said.get("layout_only")):
+        lines.append(("pasting the layout", said["replaces_note"]))
     if said.get("note"):
         # the note says why the plan is not said, or, beside the plan's own flags, what to do with them (`the plan
         # recomputes nothing: drop every --recompute-* flag the launch has`), which the report called

@@ -16,6 +16,8 @@ from typing import NamedTuple, NoReturn
 EXIT_BAD_INPUT = 2
 # ... and of a command Ctrl-C ended: the shell's 128 + SIGINT (2)
 EXIT_INTERRUPTED = 130
+# ... and of one ended by SIGTERM (`kill PID`, a scheduler's time limit): 128 + SIGTERM (15)
+EXIT_TERMINATED = 143
 
 
 class OneLineParser(argparse.ArgumentParser):

@@ -185,7 +185,29 @@ def problem_from_args(args: argparse.Namespace) -> tuple[Any, bool, Any]:
     if problem.framework == "torchtitan":  # what torchtitan cannot run is not offered (`torchtitan_settings`)
         op = run is not None and op_policy(run.training.recompute)
         problem = dataclasses.replace(problem, layers=torchtitan_runnable(problem.layers, op))
+    if args.schedule is not None and not search:
+        _schedule_against_chunks(args, problem, run is not None)
     return problem, search, run
+
+
+def _schedule_against_chunks(args: argparse.Namespace, problem: BalanceInput, from_run: bool) -> None:
+    """A `--schedule` the chunks change, said: 1F1B at V > 1 runs interleaved and interleaved at V = 1 plain 1F1B
+    (`schedules.canonical`, as Megatron-LM runs them), where `--schedule 1f1b` on a run config of 2 chunks went
+    interleaved without a word; GPipe over several chunks a run config refuses (`ParallelConfig`), so here too."""
+    said, runs, chunks = args.schedule.lower(), problem.schedule_name, problem.chunks
+    source = "-i" if args.interleave is not None else ("parallel.vpp" if from_run else "-i's default")
+    if said == "gpipe" and chunks > 1 and from_run:
+        raise InputError(
+            problem.source,
+            "--schedule",
+            f"gpipe runs one chunk a stage, V={chunks} here ({source}): a run config runs its chunks interleaved",
+        )
+    if runs != said:
+        other = "-i 1 for one chunk a stage" if chunks > 1 else "-i 2 or more to interleave chunks"
+        print(
+            f"ppb balance {problem.source}: note: --schedule {said} at V={chunks} ({source}) runs {runs}; {other}",
+            file=sys.stderr,
+        )
 
 
 def run(args: argparse.Namespace) -> int:

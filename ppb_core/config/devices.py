@@ -111,10 +111,22 @@ FP8_GEMM_KERNEL_US_B200 = 4.7
 # shared memory bandwidth per SM unchanged: (2250/148) / (989/132) = 15.20 / 7.49 = 2.03, 64 · 2.03 = 130:
 # a 2-SM 256×256 tile (128 a SM) runs at 128/130 of the ceiling, a 1-SM 128×128 one (64) at half.
 GEMM_FULL_INTENSITY_B200 = round(64 * (2250 / 148) / (989 / 132))
+# B200's flash attention over GB200's, the same kernel on both (`ATTENTION_FORWARD_B200`; session 29): NVIDIA's
+# aiconfigurator times the context (prefill, causal) attention of one software stack on both parts in its
+# power-sampling mode, every shape looped for at least a second (ai-dynamo/aiconfigurator 095f58a, aic-core/src/
+# aiconfigurator_core/systems/data/{b200_sxm,gb200}/attention/vllm/0.22.0/context_attention_perf.parquet, the
+# "power" column 800-1000 W on the B200, 1000-1170 W on the GB200; collector/helper.py `benchmark_with_power`).
+# FlashInfer's kernels, BF16, head size 128, no window, 8k-16k tokens a sequence and 16k or more a call: the
+# B200 runs at a median 0.918 of the GB200's rate over the 656 shapes both ran. TRT-LLM 1.3.0rc20's short
+# tables (3 warm-up, 6 CUDA-graph replays; the same system directories) give 0.918 over the same shapes, its
+# power-sampled 1.3.0rc15 (B200) and rc17 (GB200) tables 0.902. The MAMF ratio taken before (1745 / 1822 =
+# 0.958) overstates the B200; the SMs times their maximum clocks read 148 · 1965 / (152 · 2062) = 0.928. No
+# backward is timed (inference tables): taken for both passes.
+B200_OVER_GB200_ATTENTION = 0.918
 # cuDNN attention on B200 at head size 128, 16k tokens, no mask (the catalog entry derives them): NVIDIA's
-# GB200 rates scaled by the two parts' MAMF, over B200's 16-bit peak.
-ATTENTION_FORWARD_B200 = round(1697 * 1745 / 1822 / 2250, 3)  # 0.722
-ATTENTION_BACKWARD_B200 = round(1374 * 1745 / 1822 / 2250, 3)  # 0.585
+# GB200 rates times that ratio, over B200's 16-bit peak.
+ATTENTION_FORWARD_B200 = round(1697 * B200_OVER_GB200_ATTENTION / 2250, 3)  # 0.692
+ATTENTION_BACKWARD_B200 = round(1374 * B200_OVER_GB200_ATTENTION / 2250, 3)  # 0.561
 # What attention dropout adds to cuDNN's fused attention on sm_90 (`attention_dropout_cost`):
 # NVIDIA/TransformerEngine issue #3312 (Aug 2026) times one DotProductAttention forward and backward,
 # FusedAttention forced, BF16, sbhd (Megatron's layout), 4096 tokens in 4 sequences, 16 heads of 128,
@@ -151,26 +163,42 @@ FP8_LAYER_GEMM_SHARE_BLACKWELL = round(6.044 / 6.812, 3)  # 0.887
 # activations, 3 warm-up and 6 timed CUDA-graph replays, FP8 with its per-tensor activation cast). The guide's 12
 # GEMMs at 16,384 tokens (the table's nearest to 15,872; wgrad as 4096 x N x 16384) sum to 12.3465 ms BF16 and
 # 7.7926 ms FP8 on the "NVIDIA B300 SXM6 AC", 10.4916 and 6.9645 on the "NVIDIA GB300": 1.177 and 1.119 times
-# the B300's rate (TRT-LLM 1.3.0rc10's tables: 1.147, 1.116). The same die (sm_103, the catalog's 148 SMs and tile
-# rule), 1400 W against 1100 W (the table's system files): the GB300 is priced at the B300's MAMF times that ratio,
-# at the B300's layer shares. Its FP8 ratio carries the cast, memory-bound on both parts: a lower bound.
+# the B300's rate (TRT-LLM 1.3.0rc10's tables: 1.147, 1.116; FP8 without its casts 1.148, below). The same die
+# (sm_103, the catalog's 148 SMs and tile rule), 1400 W against 1100 W (the table's system files): the GB300 is
+# priced at the B300's MAMF times that ratio, at the B300's layer shares.
 GB300_OVER_B300_LAYER_GEMMS = round(12.3465 / 10.4916, 3)  # 1.177
-FP8_GB300_OVER_B300_LAYER_GEMMS = round(7.7926 / 6.9645, 3)  # 1.119
-# The same tables' FP8 layer against the B300's (`b200` and `gb200` FP8 MAMF shares; session 28): 8.3149 ms on the
-# "NVIDIA B200", 7.8183 on the "NVIDIA GB200", 7.7926 on the B300. ml-engineering's FP8 MAMF rows (B200 3432.5,
-# torch 2.7.1+cu128; GB200 3615.6, 2.10.0.dev+cu130; B300 3353.3, 2.9.1+cu130) put them 1.024 and 1.078 times the
-# B300's; one stack measures 0.937 and 0.997 (TRT-LLM 1.3.0rc10's tables: 0.897, 1.015). Both collections put both
+# An FP8 row of those tables times TRT-LLM's `Linear` under dynamic per-tensor scaling: its FP8QDQLinearMethod.apply
+# (tensorrt_llm/_torch/modules/linear.py) quantizes the input (`quantize_e4m3_per_tensor`: an amax pass and a cast)
+# and then calls `cublas_scaled_mm`, so every FP8 latency holds its input's cast (collector/trtllm/collect_gemm.py:
+# "the collected fp8 GEMM includes the compute-scale overhead"). The same collections time that cast alone on each
+# part (systems/data/*/quantize/trtllm/1.3.0rc20/{computescale,scale_matrix}_perf.parquet; collector/trtllm/
+# collect_computescale.py: `scale_matrix` the static cast, `compute_scale` the dynamic one's extra): the layer's 12
+# casts (their m x k inputs) take 1.7250 ms on the B300, 1.7570 on the B200, 1.6956 on the GB200, 1.6779 on the
+# GB300, 22% of the B300's FP8 layer. ppb prices TE's casts apart (`TimeModel._quantize_s`) and the B300's FP8 layer
+# share comes from pre-quantized GEMMs, so the parts' FP8 GEMMs compare without them (session 29; session 28 took the
+# latencies whole, the casts diluting the ratios): 7.7926 - 1.7250 = 6.0676 ms B300, 8.3149 - 1.7570 = 6.5579
+# B200, 7.8183 - 1.6956 = 6.1227 GB200, 6.9645 - 1.6779 = 5.2866 GB300 (tests/test_timing_blackwell_layer_gemms.py).
+FP8_LAYER_GEMMS_MS_B300 = 7.7926 - 1.7250
+FP8_GB300_OVER_B300_LAYER_GEMMS = round(FP8_LAYER_GEMMS_MS_B300 / (6.9645 - 1.6779), 3)  # 1.148
+# The same tables' FP8 layer against the B300's (`b200` and `gb200` FP8 MAMF shares; session 28, its casts out since
+# session 29, above): 6.5579 ms on the "NVIDIA B200", 6.1227 on the "NVIDIA GB200", 6.0676 on the B300 (with the
+# casts 8.3149, 7.8183, 7.7926: 0.937 and 0.997). ml-engineering's FP8 MAMF rows (B200 3432.5, torch 2.7.1+cu128;
+# GB200 3615.6, 2.10.0.dev+cu130; B300 3353.3, 2.9.1+cu130) put them 1.024 and 1.078 times the B300's; one stack
+# measures 0.925 and 0.991 (TRT-LLM 1.3.0rc10's tables: 0.873, 1.016). Both collections put both
 # parts' FP8 GEMMs 6-12% under what the MAMF rows give at the B300's layer share, beyond their spread: a layer's FP8
 # GEMMs on them run at the B300's (its FP8 MAMF at its layer share) times that ratio, their own MAMF rows kept for
-# single kernels (XLA's sm_100 table bears B200's out), so their layer shares fall. Their BF16 ratios (B200 0.971 /
+# single kernels (XLA's sm_100 table bears B200's out), so their layer shares fall. A GB200 looped for a second or
+# more a shape bears its level out: the same collector's power-sampled TRT-LLM 1.3.0rc17 tables (systems/data/gb200/
+# {gemm,quantize}/trtllm/1.3.0rc17, 850-1170 W) time the layer's FP8 GEMMs at 8.9395 ms less 1.7053 of casts,
+# 7.2342 ms, 1.4% over what the share below prices (7.13 ms). Their BF16 ratios (B200 0.971 /
 # 0.961, GB200 1.001 / 1.033 at rc20 / rc10) agree with the MAMF rows' (0.986, 1.030) within the collections' own
 # spread: BF16 stays ml-engineering's.
 # (The GB200's 152 SMs against the B300's 148 change its tile quantization slightly: the ratio is taken whole.)
-B200_OVER_B300_FP8_LAYER_GEMMS = round(7.7926 / 8.3149, 3)  # 0.937
-GB200_OVER_B300_FP8_LAYER_GEMMS = round(7.7926 / 7.8183, 3)  # 0.997
+B200_OVER_B300_FP8_LAYER_GEMMS = round(FP8_LAYER_GEMMS_MS_B300 / (8.3149 - 1.7570), 3)  # 0.925
+GB200_OVER_B300_FP8_LAYER_GEMMS = round(FP8_LAYER_GEMMS_MS_B300 / (7.8183 - 1.6956), 3)  # 0.991
 _FP8_LAYER_B300_TFLOPS = 3353.3 * FP8_LAYER_GEMM_SHARE_BLACKWELL  # the B300's FP8 MAMF at its layer share
-FP8_LAYER_GEMM_SHARE_B200 = round(_FP8_LAYER_B300_TFLOPS * B200_OVER_B300_FP8_LAYER_GEMMS / 3432.5, 3)  # 0.812
-FP8_LAYER_GEMM_SHARE_GB200 = round(_FP8_LAYER_B300_TFLOPS * GB200_OVER_B300_FP8_LAYER_GEMMS / 3615.6, 3)  # 0.820
+FP8_LAYER_GEMM_SHARE_B200 = round(_FP8_LAYER_B300_TFLOPS * B200_OVER_B300_FP8_LAYER_GEMMS / 3432.5, 3)  # 0.802
+FP8_LAYER_GEMM_SHARE_GB200 = round(_FP8_LAYER_B300_TFLOPS * GB200_OVER_B300_FP8_LAYER_GEMMS / 3615.6, 3)  # 0.815
 # cuDNN attention on B300 (the b300 entry derives them): NVIDIA's GB300 rates at head size 128, 16k tokens, no
 # mask, at the B300's 16-bit tensor rate over the GB300's (that layer ratio), over B300's 16-bit peak.
 ATTENTION_FORWARD_B300 = round(2014 / GB300_OVER_B300_LAYER_GEMMS / 2250, 3)  # 0.761
@@ -540,7 +568,7 @@ DEVICE_CATALOG: dict[str, DeviceProfile] = {
     # on the four Llama-sized norms, 0.78-0.84 of 7.67 (mean 6.13, 0.80); their backward, 4.79-6.19
     # (mean 5.28, 0.69), runs below it.
     # 148 SMs (NVIDIA Blackwell architecture technical brief: two dies of 74). MAMF 1745 (77.6%). A layer's FP8
-    # GEMMs at the B300's times aiconfigurator's measured ratio (`FP8_LAYER_GEMM_SHARE_B200`: 0.812 of its MAMF).
+    # GEMMs at the B300's times aiconfigurator's measured ratio (`FP8_LAYER_GEMM_SHARE_B200`: 0.802 of its MAMF).
     "b200": DeviceProfile(
         "b200",
         183359,
@@ -572,9 +600,9 @@ DEVICE_CATALOG: dict[str, DeviceProfile] = {
         # llama3.1/gb200/llama3.1_20260424_100750.csv (fb682ce; cuDNN 9.22, frontend 1.21.1), BF16, head
         # size 128, 16k tokens, no mask (Llama 3.1 405B's 64 query and 8 KV heads), FLOPs counted as the
         # FlashAttention-3 figures above (backward 2.5x): forward 1697, backward 1374 TFLOP/s. On B200 at
-        # GB200's sustained tensor rate over B200's: MAMF 1745 against 1822 (ml-engineering's table; the
-        # two parts' device-reported maximum clocks, 1965 and 2062 MHz, differ alike): 1697 · 1745/1822 =
-        # 1625 (0.722 of 2250), 1374 · 1745/1822 = 1316 (0.585). (FlashAttention-4's paper, Zadouri et
+        # the two parts' measured attention ratio (`B200_OVER_GB200_ATTENTION`, 0.918; session 29, before it
+        # their MAMF ratio 1745/1822): 1697 · 0.918 = 1558 (0.692 of 2250), 1374 · 0.918 = 1261 (0.561).
+        # (FlashAttention-4's paper, Zadouri et
         # al. 2026, arXiv 2603.05451, puts FA4's B200 forward at up to 1613 TFLOP/s, "up to 1.3x" cuDNN
         # 9.13, an older cuDNN.) No public head-size-64 rate without a sliding window on sm100 (that
         # table's GPT-OSS rows have one): the head-size-64 ratios stay H100's, and FlashAttention-2's
@@ -590,7 +618,7 @@ DEVICE_CATALOG: dict[str, DeviceProfile] = {
     # (compute/accelerator/README.md): 2,500 TFLOPS dense BF16 per GPU, 186 GB HBM3e at 8.00 TB/s, a
     # device-reported maximum SM clock of 2062 MHz (B200 1965), MAMF 1822.0 BF16 (72.9%) and 3615.6 FP8
     # of 5000 (72.3%; a layer's FP8 GEMMs at the B300's times aiconfigurator's measured ratio,
-    # `FP8_LAYER_GEMM_SHARE_GB200`: 0.820 of it). Memory: the 186 GB label read as GiB (B200's 180
+    # `FP8_LAYER_GEMM_SHARE_GB200`: 0.815 of it). Memory: the 186 GB label read as GiB (B200's 180
     # GB label is 183,359 MiB in nvidia-smi), 190,464 MiB, an approximation. HBM, NVLink 5 (900 GB/s a direction,
     # all 72 GPUs of the rack on it), NCCL's NVLink figure, the GEMM kernels' fixed times: B200's (the same HBM3e
     # label, links and sm_100 kernels). SMs: 152, the count GB200's GPU reports (PyTorch's device properties,
@@ -698,9 +726,9 @@ DEVICE_CATALOG: dict[str, DeviceProfile] = {
     # heads of 128, batch 2, 16k tokens, no mask): forward 2014, backward 1536 TFLOP/s (GB200 1697, 1374: Blackwell
     # Ultra's doubled SFU exponentials show in the forward); the curves over length and mask stay GB200's
     # (`attention_rates`). GEMMs: no public GB300 MAMF; the B300's (1769.0 / 3353.3) times what aiconfigurator
-    # measured between the two parts at a layer's shapes (`GB300_OVER_B300_LAYER_GEMMS`, 1.177 / 1.119): 2082 of
-    # 2500 (0.833), 3752 of 5000 (0.750). Inherited from GB200, no GB300 measurement public: HBM 7672 GB/s at 0.8
-    # (its RMSNorm forward measures as GB200's: the b300 entry); the Grace host's launch time
+    # measured between the two parts at a layer's shapes (`GB300_OVER_B300_LAYER_GEMMS`, 1.177; FP8 without its
+    # casts 1.148): 2082 of 2500 (0.833), 3850 of 5000 (0.770). Inherited from GB200, no GB300 measurement public:
+    # HBM 7672 GB/s at 0.8 (its RMSNorm forward measures as GB200's: the b300 entry); the Grace host's launch time
     # (`HOST_KERNEL_US_DGX_GB200`: Neoverse V2 both); NCCL's NVLink 5 share, the GEMM fixed times and tile rule, the
     # layer GEMM shares, MXFP8's ratio and attention's back-to-back share (B200's / B300's, as GB200 takes them);
     # NDR's NIC share for the 800 Gb/s NIC.
@@ -714,7 +742,7 @@ DEVICE_CATALOG: dict[str, DeviceProfile] = {
         sm_count=148,
         nic_efficiency=0.94,
         matmul_efficiency=round(1769.0 * GB300_OVER_B300_LAYER_GEMMS / 2500, 3),  # 0.833
-        fp8_matmul_efficiency=round(3353.3 * FP8_GB300_OVER_B300_LAYER_GEMMS / 5000, 3),  # 0.750
+        fp8_matmul_efficiency=round(3353.3 * FP8_GB300_OVER_B300_LAYER_GEMMS / 5000, 3),  # 0.770
         mxfp8_matmul_ratio=MXFP8_MATMUL_RATIO_BLACKWELL,
         layer_gemm_share=LAYER_GEMM_SHARE_BLACKWELL,
         fp8_layer_gemm_share=FP8_LAYER_GEMM_SHARE_BLACKWELL,

@@ -58,7 +58,7 @@ from ppb_core.config.releases import (
 from ppb_core.config.spec import ModelSpec, StrictModel, VisionSpec
 from ppb_core.config.vision import QWEN_MAX_PIXELS, QWEN_MIN_PIXELS, VisionSequence, vision_sequence
 from ppb_core.errors import InputError, meant, misspelt, shown
-from ppb_core.io import decode, parse_yaml, read_bytes, read_json, read_yaml
+from ppb_core.io import decode, parse_yaml, read_bytes, read_json, read_yaml, refuse_foreign
 from ppb_core.schedules import check as check_schedule
 from ppb_core.units import counted
 
@@ -309,6 +309,12 @@ class Parallel(StrictModel):
             chunks = len(parse_layout(data["layout"], pp)[0])
         except LayoutError:
             return data
+        if chunks > 1 and "vpp" not in data and data.get("schedule") in ("1f1b", "gpipe"):
+            # the chunks are the layout's: this read "vpp 2 needs schedule interleaved", of a vpp not written
+            raise ValueError(
+                f"schedule {data['schedule']} runs one chunk a stage; the layout has {chunks} virtual stages per rank, "
+                "which Megatron-LM runs interleaved (schedule interleaved, or none stated)"
+            )
         filled = dict(data)
         filled.setdefault("vpp", chunks)
         if chunks > 1:
@@ -2347,6 +2353,7 @@ def load_run_config(path: str | Path) -> RunConfig:
     """Read, validate and resolve a run config file; any problem with it or a file it names is an
     InputError (and nothing else), found before any work."""
     path = Path(path)
+    refuse_foreign(path, "a run config")
     raw = read_yaml(path, "is a directory, not a run config")
     return parse_run_config(raw, path, path.parent)
 

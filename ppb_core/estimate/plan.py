@@ -117,6 +117,9 @@ def sized_like(run: RunConfig, given: Mapping[str, Any]) -> RunConfig:
     group = given.get("microbatch_group_size_per_vp_stage")  # the plan's (`BalanceInput.group`)
     parallel = par.model_copy(
         update={
+            # the run's layout places its layers at its own sizes; at others (`ppb balance -i 1` of a run laid out
+            # in 2 chunks) the plan's cells place them, and a layout of other sizes was refused as a bad input
+            "layout": par.layout if (stages, chunks) == (par.pp, par.vpp) else None,
             "pp": stages,
             "vpp": chunks,
             "schedule": schedule,

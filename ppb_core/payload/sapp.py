@@ -21,7 +21,7 @@ from typing import Any
 
 from ppb_core import limits
 from ppb_core.errors import InputError, shown, shown_key
-from ppb_core.io import atomic_write_text, read_json
+from ppb_core.io import atomic_write_text, read_json, refuse_foreign
 from ppb_core.model.switches import COEF_KEY, DEFAULT_COEF, MEMORY_KEY, OPTIONS, TIME_KEY
 from ppb_core.payload.combines import combined_parts
 
@@ -152,6 +152,7 @@ def read_sapp_file(path: str | Path) -> tuple[list[dict[str, Any]], float]:
 
 def _read_document(path: str | Path) -> dict[str, Any]:
     path = Path(path)
+    refuse_foreign(path, "a run config (.yaml) nor a layers.json")
     document = read_json(path, "is a directory, not a layers description")
     if not isinstance(document, dict):
         raise InputError(path, None, f"must hold a JSON object, got {shown(document)}")

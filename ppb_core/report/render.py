@@ -281,6 +281,8 @@ def console_summary(report: Summarized, report_path: str | Path) -> list[str]:
         gain = (
             f"{uniform / planned:.3f}× faster than" if uniform >= planned else f"{planned / uniform:.3f}× slower than"
         )
+        if gain.startswith("1.000×"):  # the plan is the uniform split (configs/llama3.1-8b-torchtitan.yaml, PP 1)
+            gain = "as fast as"
         lines.append(
             f"plan: {planned:,.3f} s an iteration, {gain} the best uniform split "
             f"({about.get('baseline')} everywhere, {uniform:,.3f} s)"

@@ -41,7 +41,7 @@ from ppb_core.config.run import (
 )
 from ppb_core.config.spec import ModelSpec, StrictModel
 from ppb_core.errors import InputError, shown
-from ppb_core.io import read_yaml
+from ppb_core.io import read_yaml, refuse_foreign
 
 # What the search chooses for each strategy: a spec's training section may not fix these.
 CHOSEN_TRAINING: tuple[str, ...] = ("micro_batch_size", "micro_batches", "recompute")
@@ -460,4 +460,5 @@ def parse_search_spec(raw: Any, source: str | Path = "<search spec>", base_dir: 
 def load_search_spec(path: str | Path) -> SearchSpec:
     """Read and validate a search spec file."""
     path = Path(path)
+    refuse_foreign(path, "a search spec (searches/*.yaml)", importable=False)
     return parse_search_spec(read_yaml(path, "is a directory, not a search spec"), path, path.parent)

@@ -52,8 +52,9 @@ causal mask's unmasked half, as every source below does.
   backward 2.5 times the forward's, as above), less PyTorch's per-call dispatch, which the harness times
   (its 512-token calls, 0.102 and 0.160 ms; `_CUDNN_913_B200_CALL_MS`): forward 743.0, 1017.3, 1238.6,
   1353.3, 1424.9; backward 449.2, 763.6, 969.1, 1083.2, 1110.9. Read against 9.22's level
-  (`REFERENCE_KERNEL`): the table is B200's, the catalog's B200 level GB200's 9.22 rate times MAMF 1745 /
-  1822, so its causal curve is the table times 1822 / 1745 and a B200 pass runs at the table's rate. No
+  (`REFERENCE_KERNEL`): the table is B200's, the catalog's B200 level GB200's 9.22 rate times the parts'
+  measured attention ratio 0.918 (`B200_OVER_GB200_ATTENTION`), so its causal curve is the table over 0.918 and
+  a B200 pass runs at the table's rate. No
   no-mask series was measured: a no-mask pass over s keys takes 9.22's no-mask rate times 9.13's
   causal-over-9.22 ratio at the causal length whose queries walk as many keys on average, 2s - 1 (an
   assumption: at 16k without the mask, 32k's ratio, 0.878 forward, 0.906 backward). A release before 9.17
@@ -93,6 +94,8 @@ from __future__ import annotations
 import functools
 import itertools
 import math
+
+from ppb_core.config.devices import B200_OVER_GB200_ATTENTION
 
 ATTENTION_BLOCK = 128  # query and key rows per flash-attention block
 REFERENCE_LENGTH = 16384  # the length a device's attention levels are measured at (no mask)
@@ -242,9 +245,9 @@ _CUDNN_913_B200 = {
     backward: _csv(*(rate * ms / (ms - _CUDNN_913_B200_CALL_MS[backward]) for rate, ms in measured))
     for backward, measured in _CUDNN_913_B200_MEASURED.items()
 }
-# the catalog's B200 attention level is GB200's cuDNN 9.22 rate times their MAMF ratio (devices.py,
-# `ATTENTION_FORWARD_B200`): a B200 measurement in GB200's terms is that times 1822 / 1745
-_B200_TO_GB200 = 1822.0 / 1745.0
+# the catalog's B200 attention level is GB200's cuDNN 9.22 rate times the two parts' measured attention ratio
+# (devices.py, `B200_OVER_GB200_ATTENTION`): a B200 measurement in GB200's terms is that over the ratio
+_B200_TO_GB200 = 1.0 / B200_OVER_GB200_ATTENTION
 
 
 def _older_release(newest: Curves, b200_causal: dict[bool, Curve]) -> Curves:

@@ -62,6 +62,7 @@ from ppb_core.timing.launches import (
 )
 from ppb_core.timing.nan_fill import deterministic_fill_bytes
 from ppb_core.timing.ring import exposed_exchanges_s, ring_attention_s
+from ppb_core.timing.symm_mem import fused_exposed_s
 from ppb_core.timing.userbuffers import (
     PIPELINE,
     PIPELINE_SPLITS,
@@ -647,6 +648,9 @@ class TimeModel:
             return self._userbuffers_s(collective, by_name[collective.partner[0]], collective.partner[1])
         seconds = collective_seconds(collective, self.links)
         share = getattr(self.overlap, collective.overlap) if overlap is None else overlap
+        if self._titan_fused(collective, by_name):  # async TP's fused op (`ppb_core.timing.symm_mem`)
+            tp = self.links.groups["tp"].size
+            return fused_exposed_s(seconds, share, self._fused_matmuls_s(collective, by_name), tp)
         partner = 0.0
         if paired is not None and collective.overlap == "ep":
             share, partner = 1.0, paired
@@ -805,6 +809,25 @@ class TimeModel:
         partner = by_name.get(collective.partner[0]) if collective.partner is not None else None
         by_matmul = partner is not None and partner.category == MATMUL
         return self.overlap.tp > 0 and by_matmul and (collective.kind == ALL_GATHER or not backward)
+
+    def _titan_fused(self, collective: Collective, by_name: Mapping[str, Op]) -> bool:
+        """Whether torchtitan's async TP runs a TP collective as a fused symmetric-memory op (`_fused_tp`;
+        a collective paired with a backward phase is the backward's)."""
+        if self.run.framework != "torchtitan" or collective.group != "tp" or collective.partner is None:
+            return False
+        return self._fused_tp(collective, by_name, backward=collective.partner[1] != "forward")
+
+    def _fused_matmuls_s(self, collective: Collective, by_name: Mapping[str, Op]) -> float:
+        """The matmul seconds a fused op runs: a forward all-gather's, every matmul reading the gathered
+        input (micro_pipeline_tp.py `_find_consumer_matmuls`: wq, wk and wv alike); otherwise its partner
+        phase (the row-parallel output projection's forward before a reduce-scatter, its input gradient
+        after the backward's gradient all-gather)."""
+        assert collective.partner is not None
+        if collective.kind == ALL_GATHER and collective.partner[1] == "forward":
+            names = {op.name for op in by_name.values() if collective in (op.forward_comm, op.recompute_comm)}
+            readers = [op for op in by_name.values() if op.category == MATMUL and names & set(op.inputs)]
+            return sum(self._phase_s(op, "forward") for op in readers)
+        return self._phase_s(by_name[collective.partner[0]], collective.partner[1])
 
     def _plain_copy_s(self, collective: Collective) -> float:
         batch = self.run.training.micro_batch_size
