@@ -23,8 +23,9 @@ The NeMo 2 recipes (`nemo2_dgxc_rows`, a second group): v25.04.02 (0efdb235ac) l
 llama31_utils.py into its scripts/performance/llm/), each at `llama31_auto_configs`' default GPU count (8B 8, 70B 64,
 405B 1024); v25.05.05 (c5c765f268) llama3.1/README.md's Llama 3.1 405B tables on GB200 and H100 (nemo:25.04.01;
 NeMo 6f2c6fdaff, 2025-06-16, on its llmb-nemo-r2.3.0 branch: scripts/performance/llm/pretrain_llama31_405b.py),
-at launch.sh's default GPU counts (GB200 128, H100 512). Every other setting is bench/_nemo2.py's reading of NeMo 2's
-performance recipes (`set_primary_perf_configs`, `pretrain_performance_optimizations`), checked at those commits:
+at launch.sh's default GPU counts (GB200 128, H100 512), and its DeepSeek-V3 BF16 tables (`_DEEPSEEK_NEMO2`, its own
+settings). Every other Llama setting is bench/_nemo2.py's reading of NeMo 2's performance recipes
+(`set_primary_perf_configs`, `pretrain_performance_optimizations`), checked at those commits:
 grad_reduce_in_fp32 False, FP8 `bf16_with_fp8_mixed` (delayed scaling, FP8 parameters: the argument parser's
 default fp8_recipe "ds" at 6f2c6fdaff, the only one d2b21556f2's script sets), parameter gathers with the optimizer
 step where DP, PP and VP exceed 1, TE's fused cross-entropy from 6f2c6fdaff on (not at d2b21556f2), no CUDA graphs
@@ -38,7 +39,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from _nemo import _405B_LAYOUT, _LLAMA3_8B
+from _nemo import _405B_LAYOUT, _LLAMA3_8B, nvlink_domain
+from _nemo2 import _CUDNN_BOUND
+from _nemo2 import _RELEASES as _NEMO2_RELEASES
 from _nemo2 import _run as _nemo2_run
 from _nemo_2407 import _gpt3, _run
 from _public import LLAMA3_405B, LLAMA31_8B, LLAMA31_70B
@@ -69,6 +72,9 @@ _L405 = {**LLAMA3_405B, "max_position_embeddings": 8192}
 # tied embeddings: bench/_nemo_2407.py `_gpt3`)
 _G175 = _gpt3(12288, 96, 96)
 _LLAMA_EXTRAS = {"cross_entropy_fusion": True}
+# llama3.1_70b.yaml / llama3.1_405b.yaml (both tags): defer_embedding_wgrad_compute true, wgrad_deferral_limit 22 / 50
+# (the 8B's false; the 175B yaml sets neither): the output layer's weight gradients at the pipeline's flush
+_DEFER = {"llama3.1/README_70b.md": 22, "llama3.1/README_405b.md": 50}
 
 # (tag, container, label, file, spec, GPUs, GBS, sequence, parallel, sequence parallel, userbuffers, TE attention
 #  backend, extras, {dtype: published step seconds}, notes)
@@ -116,6 +122,10 @@ SKIPPED_DGXC: tuple[tuple[str, str], ...] = (
         "seconds (8192 · 1024 / 7.324 = 1,145,358)",
     ),
     ("dgxc v25.04-v25.05 Nemotron4 / Nemotron-H", "squared-ReLU MLPs and Mamba layers ppb does not describe"),
+    (
+        "dgxc v25.05 Llama 4 Maverick 400B (GB200, H100)",
+        "its NeMo 2 recipe (chunked attention, MoE every other layer) not transcribed",
+    ),
     ("dgxc v25.07-v26.06", "the READMEs state settings but no step times (figures moved to NVIDIA's site)"),
 )
 
@@ -133,6 +143,7 @@ def _dgxc_run(
     backend: str,
     extras: dict[str, Any],
     dtype: str,
+    defer: int,
 ) -> dict[str, Any]:
     """bench/_nemo_2407.py's NeMo 1 MCore GPT run (megatron_amp_O2, distributed_fused_adam, BF16 gradient sync)
     at MBS 1 with this container's releases; FP8 as configure.sh / the 175B yaml set it: fp8, fp8_hybrid
@@ -143,6 +154,8 @@ def _dgxc_run(
     )
     raw["framework_release"] = dict(_RELEASES[container])
     raw["timing"]["te_attention_backend"] = backend
+    if defer:
+        raw["training"].update(defer_embedding_wgrad_compute=True, wgrad_deferral_limit=defer)
     if dtype == "fp8":
         raw["timing"]["fp8_param_gather"] = True
     else:  # model.fp8=false: BF16 GEMMs, no FP8 copies
@@ -161,7 +174,21 @@ def dgxc_rows() -> list[dict[str, Any]]:
                 {
                     "name": name,
                     "source": f"{DGXC} {tag} ({_TAG_COMMITS[tag]}) {path}",
-                    "raw": _dgxc_run(name, container, spec, gpus, gbs, seq, parallel, sp, ub, backend, extras, dtype),
+                    "raw": _dgxc_run(
+                        name,
+                        container,
+                        spec,
+                        gpus,
+                        gbs,
+                        seq,
+                        parallel,
+                        sp,
+                        ub,
+                        backend,
+                        extras,
+                        dtype,
+                        _DEFER.get(path, 0),
+                    ),
                     "published": f"{seconds:g} s per step",
                     "seconds": seconds,
                     "assumptions": (
@@ -264,4 +291,109 @@ def nemo2_dgxc_rows() -> list[dict[str, Any]]:
                     ),
                 }
             )
+    return rows
+
+
+# DeepSeek-V3 (v25.05.05 deepseek_v3/pretraining/README.md, BF16 only: "FP8 recipe is not currently supported"):
+# launch.sh's settings, nemo:25.04.01 with NVIDIA/NeMo 7a8f1cc7bc (2025-06-02, "Llmb nemo r2.3.0") checked out by
+# setup.sh: TP 2, ETP 1, CP 1, VP 1, MBS 1, GBS 8 a GPU; H100: PP 8 (at 512 GPUs), EP 64, recompute_modules
+# mla_up_proj; GB200: PP 4, EP 32 (at 128 GPUs), core_attn. scripts/performance/llm/pretrain_deepseek_v3.py
+# `override_recipe_configs`: moe_permute_fusion, selective recompute, TE's fused cross-entropy, the router in
+# fp32, 64 // PP layers a middle stage with one fewer in the first and two fewer in the last
+# (num_layers_in_first/last_pipeline_stage), USE_TOKEN_DROP True: MegatronTokenDropCallback (capacity factor 1.0,
+# inputs padded to the capacity), no TP overlap. recipes/deepseek_v3.py `pretrain_recipe`: use_mtp True (one MTP
+# layer); recipes/deepseek.py `trainer`: sequence parallel, the distributed optimizer with overlapped gradient
+# reduce and parameter gather, grad_reduce_in_fp32 True (bf16_mixed; set_primary_perf_configs clears it only for
+# FP8), check_for_nan_in_grad True; gpt/model/deepseek.py DeepSeekV3Config: the alltoall dispatcher, grouped GEMM,
+# pre-softmax sigmoid routing with expert bias, seq_aux_loss, top-k scaling 2.5, no rope fusion, vocabulary
+# divisible by 1280, moe_shared_expert_overlap True. The published point at each system's smallest count.
+_DEEPSEEK_NEMO2: tuple[tuple[Any, ...], ...] = (
+    ("h100-80gb", 512, {"pp": 8, "ep": 64}, ["mla_up_proj"], 48.948),
+    ("gb200", 128, {"pp": 4, "ep": 32}, ["core_attn"], 34.168),
+)
+
+
+def _deepseek_nemo2_layout(stages: int) -> str:
+    """The embedding with 64 // PP − 1 layers, middle stages of 64 // PP, the last stage two fewer with the MTP
+    layer and the loss (MCore puts both on the post-process stage): 7 + 6 · 8 + 6 = 61 at PP 8."""
+    middle = 64 // stages
+    return "E" + "t" * (middle - 1) + "|" + ("t" * middle + "|") * (stages - 2) + "t" * (middle - 2) + "mL"
+
+
+def _deepseek_nemo2_run(name: str, device: str, gpus: int, parallel: dict[str, int], modules: list[str]) -> dict:
+    """The v25.05.05 DeepSeek-V3 BF16 run (`_DEEPSEEK_NEMO2`'s comment)."""
+    pp, ep = parallel["pp"], parallel["ep"]
+    dp = gpus // (2 * pp)
+    return {
+        "name": name,
+        "framework": "megatron",
+        "models": [{"name": "llm", "config": "hf/deepseek-v3.json", "pad_vocab_multiple": 1280}],
+        "parallel": {
+            "dp": dp,
+            "tp": 2,
+            "pp": pp,
+            "ep": ep,
+            "etp": 1,
+            "zero": 1,
+            "sequence_parallel": True,
+            "layout": _deepseek_nemo2_layout(pp),
+            **({"devices_per_node": nvlink_domain(gpus)} if device == "gb200" else {}),
+        },
+        "training": {
+            "seq_length": 4096,
+            "micro_batch_size": 1,
+            "micro_batches": 8 * gpus // dp,
+            "dtype": "bf16",
+            "grad_bytes": 4,
+            "flash_attention": True,
+            "recompute": {"granularity": "selective", "modules": list(modules)},
+            "moe": {
+                "capacity_factor": 1.0,
+                "router_dtype": "fp32",
+                "permute_fusion": True,
+                "router": {
+                    "score_function": "sigmoid",
+                    "aux_losses": ["seq_aux_loss"],
+                    "expert_bias": True,
+                    "pre_softmax": True,
+                    "topk_scaling": True,
+                },
+            },
+        },
+        "device": {"name": device},
+        "framework_release": dict(_NEMO2_RELEASES["25.04"]),
+        "timing": {
+            "cross_entropy_fusion": True,
+            "cross_entropy_fusion_impl": "te",
+            "rope_fusion": False,
+            "check_for_nan_in_grad": True,
+            "overlap": {"dp": 1.0, "param_gather": 1.0},
+            "batch_broadcast": False,
+            "attention_mask_in_dataloader": False,
+            **({"cudnn_release": _CUDNN_BOUND} if device == "gb200" else {}),
+        },
+    }
+
+
+def deepseek_dgxc_rows() -> list[dict[str, Any]]:
+    """The v25.05.05 DeepSeek-V3 rows' fields for bench/public_runs.py's PublicRun (the NeMo 2 group)."""
+    rows = []
+    for device, gpus, parallel, modules, seconds in _DEEPSEEK_NEMO2:
+        system = "H100" if device == "h100-80gb" else device.upper()
+        name = f"dgxc v25.05.05 25.04.01 DeepSeek-V3 TP2 PP{parallel['pp']} EP{parallel['ep']} BF16 ({gpus} {system})"
+        rows.append(
+            {
+                "name": name,
+                "source": f"{DGXC_NEMO2} v25.05.05 ({_TAG_COMMITS['v25.05.05']}) deepseek_v3/pretraining/README.md",
+                "raw": _deepseek_nemo2_run(name, device, gpus, parallel, modules),
+                "published": f"{seconds:g} s per step",
+                "seconds": seconds,
+                "assumptions": (
+                    "the container's Megatron-LM and TransformerEngine as NeMo v2.3.0's manifest pins",
+                    "moe_shared_expert_overlap (the shared expert beside the dispatch) priced in sequence",
+                    "group-limited routing (8 groups, top 4) priced as plain top-k",
+                    "the precision-aware optimizer (FP32 moments) as Megatron's distributed one",
+                ),
+            }
+        )
     return rows

@@ -77,7 +77,8 @@ Sources:
   `V130_ROWS`). Groups of their own (session 28).
 - NVIDIA/dgxc-benchmarking's NeMo 1 recipes (tags v24.11.1, v25.02.02): Llama 3.1 8B/70B/405B and GPT-3 175B step
   seconds on H100, BF16 and FP8, with each tag's yaml and launch overrides (bench/_dgxc.py), a group of its own; and
-  its NeMo 2 recipes (v25.04.02: Llama 3.1 8B/70B/405B on H100; v25.05.05: 405B on GB200 and H100), another.
+  its NeMo 2 recipes (v25.04.02: Llama 3.1 8B/70B/405B on H100; v25.05.05: 405B and DeepSeek-V3 on GB200 and
+  H100), another.
 
 Prints each row's published and predicted seconds and the error, then the mean absolute error of
 each group of rows and of all; then the H100-vs-A100 pairs of identical configs; with --classes, for
@@ -107,7 +108,7 @@ from _bridge_cards import (  # noqa: E402
     bridge_card_rows,
     bridge_verification_rows,
 )
-from _dgxc import DGXC, DGXC_NEMO2, SKIPPED_DGXC, dgxc_rows, nemo2_dgxc_rows  # noqa: E402
+from _dgxc import DGXC, DGXC_NEMO2, SKIPPED_DGXC, deepseek_dgxc_rows, dgxc_rows, nemo2_dgxc_rows  # noqa: E402
 from _measure import machine  # noqa: E402
 from _mindformers import (  # noqa: E402
     CARDS,
@@ -705,7 +706,7 @@ def _mindformers_v130_runs() -> list[PublicRun]:
 
 def _dgxc_runs() -> list[PublicRun]:
     """NVIDIA/dgxc-benchmarking's NeMo 1 and NeMo 2 recipes' step times (bench/_dgxc.py)."""
-    return [PublicRun(**row) for row in (*dgxc_rows(), *nemo2_dgxc_rows())]
+    return [PublicRun(**row) for row in (*dgxc_rows(), *nemo2_dgxc_rows(), *deepseek_dgxc_rows())]
 
 
 def public_runs() -> list[PublicRun]:

@@ -72,9 +72,10 @@ def test_the_allgather_dispatchers_collectives_run_over_expert_tp_times_ep() -> 
     )  # fmt: skip
     links = Links.from_run(run)
     assert (links.groups["tp_ep"].size, links.groups["tp_ep"].span) == (8, 8)
-    # a ring all-gather of P bytes over 8 ranks in one node: P·7/8 over NVLink plus 7 steps' latency
+    # a ring all-gather of P bytes over 8 ranks in one node: P·7/8 over NVLink at NCCL's share measured for 8
+    # H100 (0.745 of 450 GB/s: aiconfigurator's nccl-tests, `NCCL_GATHER_SHARES_H100`) plus 7 steps' latency
     gather = Collective(ALL_GATHER, "tp_ep", 8e6, "ep")
-    seconds = 8e6 * 7 / 8 / links.intra_node_bytes_per_s + 7 * links.latency_s
+    seconds = 8e6 * 7 / 8 / (0.745 * 450e9) + 7 * links.latency_s
     assert collective_seconds(gather, links) == pytest.approx(seconds)
 
 
@@ -108,6 +109,33 @@ def test_the_allgather_dispatchers_launches_follow_its_code() -> None:
     )
     assert fused["local_permute"] == (2 + 2 + 4 + 6, 1 + 5)
     assert fused["local_unpermute"] == (1 + 1, 1 + 1)
+
+
+def test_the_allgather_dispatchers_transposes_of_one_local_experts_column_are_views() -> None:
+    # EP 8 over 8 experts (Megatron CI's EP 8 cases): the local map and probabilities are [T, 1] columns
+    # (token_dispatcher.py `dispatch_postprocess`, 5fe3f06658), so `.T.contiguous()` returns the [1, T]
+    # view itself: no kernel for the permute's map transpose nor for masked_select's two transposes.
+    one = _ops(ep=8)
+    launches = layer_launches(tuple(one.values()), tp=2, rope_fusion=True, cross_entropy_fusion=False, wgrad_fused=True)
+    # column copies and count (2 + 2); argsort's 4, modulo, index_select (6); masked_select (4): 14;
+    # backward unchanged (2 + 3 + 2)
+    assert launches["local_permute"] == (2 + 2 + 6 + 4, 2 + 3 + 2)
+    fused = layer_launches(
+        tuple(_ops(ep=8, permute_fusion=True).values()),
+        tp=2,
+        rope_fusion=True,
+        cross_entropy_fusion=False,
+        wgrad_fused=True,
+    )
+    assert fused["local_permute"] == (2 + 2 + 4 + 4, 1 + 5)
+    # bytes, by hand: T = 4096/2 · 8 = 16,384 gathered rows of one column (cells 16,384), rows = 2048 · 2 =
+    # 4096 copies, h 1024, bf16, fp32 probabilities: the column copies 2 · cells · (1 + 4), the count
+    # (cells), argsort (cells · (1 + 8)), index_select (2 · rows · h · 2), masked_select's reads (cells ·
+    # (4 + 1)) and rows written (rows · 4); no transposes (map 1 + 1, probabilities 4 + 4 and 1 + 1).
+    cells, rows = 16_384, 4096
+    sliced = 2 * cells * (1 + 4)
+    expected = sliced + cells + cells * 9 + 2 * rows * 1024 * 2 + cells * (4 + 1) + rows * 4
+    assert one["local_permute"].bytes == expected
 
 
 def test_the_allgather_dispatcher_waits_for_the_host_twice() -> None:

@@ -50,9 +50,12 @@ def test_layouts_and_micro_batches_are_the_yamls(public, rows):
     run = public.config(rows["dgxc v25.02.02 24.12 Llama 3.1 405B TP8 PP9 CP2 VP7 BF16 (576 H100)"])
     assert (run.parallel.tp, run.parallel.pp, run.parallel.cp, run.parallel.dp, run.parallel.vpp) == (8, 9, 2, 4, 7)
     assert (run.training.micro_batch_size, run.training.micro_batches) == (1, 63)
+    # and the yaml's defer_embedding_wgrad_compute with wgrad_deferral_limit 50
+    assert (run.training.defer_embedding_wgrad_compute, run.training.wgrad_deferral_limit) == (True, 50)
     # llama3.1_8b.yaml: CP 2 on one node: DP 4, GBS 128: 32 micro-batches (GA=32); no TP, so no userbuffers
     run = public.config(rows["dgxc v24.11.1 24.09 Llama 3.1 8B CP2 FP8 (8 H100)"])
     assert (run.parallel.dp, run.training.micro_batches, run.timing.overlap.tp) == (4, 32, 0)
+    assert run.training.defer_embedding_wgrad_compute is False  # llama3.1_8b.yaml: false
     # gpt3_175b_hydra.yaml: VP 12 at v24.11.1, 6 at v25.02.02; TP 4 PP 8 on 128 GPUs: DP 4, GBS 256: 64
     assert public.config(rows["dgxc v24.11.1 24.05 GPT3 175B TP4 PP8 VP12 FP8 (128 H100)"]).parallel.vpp == 12
     run = public.config(rows["dgxc v25.02.02 24.12 GPT3 175B TP4 PP8 VP6 FP8 (128 H100)"])
@@ -85,8 +88,9 @@ def test_every_row_fits_its_device(public, rows, nemo2):
 
 
 def test_nemo2_rows_are_the_tables_step_seconds(nemo2):
-    # v25.04.02: 8B, 70B (BF16 and FP8 layouts apart), 405B, two dtypes each; v25.05.05: 405B on GB200 and H100
-    assert len(nemo2) == 10
+    # v25.04.02: 8B, 70B (BF16 and FP8 layouts apart), 405B, two dtypes each; v25.05.05: 405B on GB200 and H100,
+    # two dtypes each, and DeepSeek-V3 BF16 on each
+    assert len(nemo2) == 12
     # v25.04.02 llama3.1/README.md "Llama 3.1 8b BF16", 8 H100: 12.27 s, and its tokens/s 85459 = 8192 · 128 / 12.27
     # = 85,459.2 (GBS 16 a GPU: llama31_auto_configs)
     row = nemo2["dgxc v25.04.02 25.02.01 Llama 3.1 8B CP2 BF16 (8 H100)"]
@@ -120,3 +124,30 @@ def test_nemo2_rows_run_the_scripts_defaults(public, nemo2):
     assert (old.timing.matmul_dtype, old.training.fp8_cache, old.timing.fp8_param_gather) == (None, "none", False)
     # 1024 GPUs at TP 8, PP 8, CP 2: DP 8; GBS half the GPUs, 512: 64 micro-batches
     assert (old.parallel.dp, old.training.micro_batches) == (8, 64)
+
+
+def test_deepseek_rows_run_launch_sh_and_the_perf_script(public, nemo2):
+    # v25.05.05 deepseek_v3/pretraining/README.md, 512 H100: 48.948 s; its tokens/s 342755.90 = 4096 · 4096 / 48.948
+    # (GBS 8 a GPU: launch.sh); 128 GB200: 34.168 s, 1024 · 4096 / 34.168 = 122,755.3, the table's 122755.33
+    h100 = nemo2["dgxc v25.05.05 25.04.01 DeepSeek-V3 TP2 PP8 EP64 BF16 (512 H100)"]
+    assert 4096 * 4096 / h100.seconds == pytest.approx(342755.90, abs=0.1)
+    gb200 = nemo2["dgxc v25.05.05 25.04.01 DeepSeek-V3 TP2 PP4 EP32 BF16 (128 GB200)"]
+    assert 1024 * 4096 / gb200.seconds == pytest.approx(122755.33, abs=0.1)
+    # H100: TP 2, PP 8 on 512 GPUs: DP 32 (the table's), GBS 4096: 128 micro-batches (GA 128)
+    run = public.config(h100)
+    assert (run.parallel.tp, run.parallel.pp, run.parallel.ep, run.parallel.dp) == (2, 8, 64, 32)
+    assert run.training.micro_batches == 128
+    # pretrain_deepseek_v3.py: 64 // 8 = 8 layers a middle stage, 7 in the first, 6 in the last (with MTP and the
+    # loss): 7 + 6 · 8 + 6 = 61
+    layout = run.parallel.layout
+    assert layout == "E" + "t" * 7 + "|" + ("t" * 8 + "|") * 6 + "t" * 6 + "mL"
+    assert layout.count("t") == 61
+    # USE_TOKEN_DROP: capacity factor 1.0 (MegatronTokenDropCallback), so not dropless; bf16_mixed's
+    # grad_reduce_in_fp32 True (cleared only for FP8)
+    assert (run.training.moe.dropless, run.training.moe.capacity_factor, run.training.grad_bytes) == (False, 1.0, 4)
+    assert run.training.recompute.modules == ("mla_up_proj",)
+    # GB200: PP 4 (16 a middle stage: 15, 16, 16, 14), EP 32, core_attn recomputed; 128 GPUs: DP 16, 64 micro-batches
+    run = public.config(gb200)
+    assert run.parallel.layout.split("|")[0].count("t") == 15 and run.parallel.layout.count("t") == 61
+    assert (run.parallel.ep, run.parallel.dp, run.training.micro_batches) == (32, 16, 64)
+    assert run.training.recompute.modules == ("core_attn",)

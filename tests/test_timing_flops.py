@@ -687,11 +687,16 @@ def test_gpt_oss_experts_fc2_bias_is_megatron_s_per_expert_loop():
     # cat read and written (4): 12 bytes a row element = 16,384 · 2880 · 12 = 566,231,040; 2 kernels an expert and
     # the cat's: 33. Backward (autograd's mul backward writes each product g·p and g·b in full, then sums it to the
     # broadcast input's shape): each product read g and wrote (4), each sum read it (2): 12 bytes an element =
-    # 566,231,040; 4 kernels an expert: 64.
+    # 566,231,040; 4 kernels an expert: 64; then the two torch.split's gradients joined (SplitWithSizesBackward0:
+    # an aten::cat, torch 2.13): t's read and written, 2 · 2 · 47,185,920 = 188,743,680, the probabilities',
+    # 2 · 2 · 16,384 = 65,536: 755,040,256 bytes, 66 kernels. The broadcast products run on PyTorch's
+    # non-contiguous path: b·p written forward (2 bytes an element: 94,371,840), g·p and g·b read and written
+    # backward (8: 377,487,360).
     spec = GPT_OSS_MOE_LAYER
     ops = {op.name: op for op in ops_of(spec_run(spec, s=4096, dp=8, ep=8))}
     bias = ops["experts_bias"]
-    assert (bias.bytes, bias.backward_bytes, bias.launches) == (566_231_040, 566_231_040, (33.0, 64.0))
+    assert (bias.bytes, bias.backward_bytes, bias.launches) == (566_231_040, 755_040_256, (33.0, 66.0))
+    assert bias.strided_bytes == (94_371_840, 377_487_360)
     assert bias.inputs == ("experts_out",)
     assert ops["combine"].inputs == ("experts_bias",)
     # weighted_bias_quick_geglu_impl's eager clamp (fused_bias_geglu.py, 2edffadb52) between fc1 and the fused
@@ -727,8 +732,11 @@ def test_gpt_oss_fc2_bias_under_hybridep_runs_in_fp32():
     # are fp32: E = 16,384 rows · 2880 = 47,185,920 elements. Forward: b·p written (4), t (2) and b·p (4) read and
     # the sum written (4), the cat read and written (8), the cast to bf16 read and written (6): 28 bytes =
     # 1,321,205,760; kernels 2 an expert, the cat, the cast: 34. Backward: the output gradient cast up (2 + 4), t's
-    # gradient cast down (4 + 2), the two products (4 + 4 each) and their sums (4 each): 36 bytes = 1,698,693,120;
-    # kernels 4 an expert, t's gradient cast and the bias gradient's cast an expert, the cast up: 6 · 16 + 1 = 97.
+    # gradient cast down (4 + 2), the two products (4 + 4 each) and their sums (4 each): 36 bytes = 1,698,693,120,
+    # and the splits' gradients joined, t's in bf16 (2 + 2: 188,743,680) and the fp32 probabilities' (16,384 · 8 =
+    # 131,072): 1,887,567,872; kernels 4 an expert, t's gradient cast and the bias gradient's cast an expert, the
+    # cast up, the two cats: 6 · 16 + 3 = 99. Non-contiguous path: b·p's fp32 write (4: 188,743,680), the two
+    # products' fp32 reads and writes (16: 754,974,720).
     spec = GPT_OSS_MOE_LAYER
     run = parse_run_config(
         {
@@ -741,7 +749,22 @@ def test_gpt_oss_fc2_bias_under_hybridep_runs_in_fp32():
         }
     )
     bias = {op.name: op for op in ops_of(run)}["experts_bias"]
-    assert (bias.bytes, bias.backward_bytes, bias.launches) == (1_321_205_760, 1_698_693_120, (34.0, 97.0))
+    assert (bias.bytes, bias.backward_bytes, bias.launches) == (1_321_205_760, 1_887_567_872, (34.0, 99.0))
+    assert bias.strided_bytes == (188_743_680, 754_974_720)
+
+
+def test_gpt_oss_fc2_bias_broadcast_products_at_the_strided_eager_share():
+    # The bf16 per-expert loop above on H100 (3,350 GB/s; Megatron's element-wise ops at its memory efficiency 0.8):
+    # forward 566,231,040 bytes, 94,371,840 of them b·p's broadcast write at 0.515 (STRIDED_EAGER_SHARE): 471,859,200
+    # / 2,680e9 = 0.17607 ms + 94,371,840 / 1,725.25e9 = 0.05470 ms; backward 755,040,256, 377,487,360 of them the
+    # two broadcast products at 0.603: 377,552,896 / 2,680e9 = 0.14088 ms + 377,487,360 / 2,020.05e9 = 0.18687 ms
+    run = spec_run(GPT_OSS_MOE_LAYER, s=4096, dp=8, ep=8)
+    bias = next(op for op in ops_of(run) if op.name == "experts_bias")
+    model = TimeModel(run)
+    forward = 471_859_200 / (3350e9 * 0.8) + 94_371_840 / (3350e9 * 0.515)
+    backward = 377_552_896 / (3350e9 * 0.8) + 377_487_360 / (3350e9 * 0.603)
+    assert model._phase_s(bias, "forward") == pytest.approx(forward)
+    assert model._phase_s(bias, "backward") == pytest.approx(backward)
 
 
 def test_yarn_scaled_rotary_runs_megatron_s_unfused_steps():
@@ -758,8 +781,12 @@ def test_yarn_scaled_rotary_runs_megatron_s_unfused_steps():
         assert run.rope_fused is fused
         if fused:
             assert (rope.bytes, rope.backward_bytes) == (75_497_472, 75_497_472)
+            assert rope.strided_bytes == (0.0, 0.0)
         else:
             assert (rope.bytes, rope.backward_bytes) == (452_984_832, 490_733_568)
+            # t·cos and ·sin broadcast cos and sin, the negation reads a chunk half: 5 passes of 2 bytes each way on
+            # PyTorch's non-contiguous path (CUDALoops.cuh `launch_legacy_kernel`): 18,874,368 · 10 = 188,743,680
+            assert rope.strided_bytes == (188_743_680, 188_743_680)
 
 
 def test_megatron_s_unfused_bias_dropout_add():
@@ -788,6 +815,9 @@ def test_megatron_s_unfused_bias_dropout_add():
     attention, moe = ops["residual_attention"], ops["residual_moe"]
     assert (attention.bytes, attention.backward_bytes, attention.launches) == (117_964_800, 70_778_880, (2.0, 1.0))
     assert (moe.bytes, moe.backward_bytes, moe.launches) == (70_778_880, 70_778_880, (1.0, 1.0))
+    # `x + bias` broadcasts the bias row over the tokens (PyTorch's non-contiguous kernel): its 2 passes of 2 bytes,
+    # 11,796,480 · 4 = 47,185,920, forward only (the backward's adds hand the gradient on)
+    assert (attention.strided_bytes, moe.strided_bytes) == ((47_185_920, 0.0), (0.0, 0.0))
     fused = {op.name: op for op in ops_of(spec_run(spec, s=4096))}["residual_attention"]
     assert (fused.bytes, fused.backward_bytes, fused.launches) == (70_778_880, 117_964_800, None)
     # with dropout (p 0.1): native_dropout's kernel each way. Forward the bias add 4 bytes an element, the

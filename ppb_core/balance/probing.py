@@ -76,6 +76,7 @@ class PathRelaxation:
         self.paths: list[Path] = []
         self._seen: set[tuple] = set()
         self.solved = 0
+        self._allowed = np.ones(len(self.columns), dtype=bool)  # every choice's upper bound as loaded: 1
 
     def add_path(self, path: Path) -> None:
         key = tuple(sorted(path.items()))
@@ -85,8 +86,14 @@ class PathRelaxation:
             highs.add_row(self.solver, 0.0, self.model.path_terms(path))
 
     def allow(self, mask: np.ndarray) -> None:
-        """Only the choices where *mask* is true may be taken (flat, in the model's order)."""
-        self.solver.changeColsBounds(len(self.columns), self.columns, np.zeros(len(self.columns)), mask.astype(float))
+        """Only the choices where *mask* is true may be taken (flat, in the model's order). Only the bounds that
+        change are passed: a probe changes one stage's, and passing every column's took 18% of a Llama-3.1-8B
+        PP 2 × 4 chunks balance (py-spy)."""
+        changed = np.flatnonzero(mask != self._allowed)
+        if len(changed):
+            columns = self.columns[changed]
+            self.solver.changeColsBounds(len(columns), columns, np.zeros(len(columns)), mask[changed].astype(float))
+            self._allowed = mask.copy()
 
     def bound(self, cutoff: float, settle: bool, clock: Clock, budget: int) -> float | None:
         """A lower bound on T under the current mask: None when nothing is feasible; at least

@@ -36,9 +36,13 @@ Achieved fractions are measured, not datasheet figures:
   These are levels at 16k tokens without the mask; other lengths and the causal mask follow each
   kernel's measured curves (`ppb_core.timing.attention_rates`).
 - `comm_efficiency`: NCCL's bus bandwidth over the link rate: nccl-tests all_reduce on 8 A100 SXM4
-  reaches 230-250 GB/s of NVLink 3's 300 (0.8); ring all-gather / reduce-scatter on 8 H100 SXM
-  reach about 0.8 of 450 as well (NVLink SHARP all-reduce more). Used for every link. B200: 0.802,
+  reaches 230-250 GB/s of NVLink 3's 300 (0.8); NVLink SHARP all-reduce on 8 H100 more. Used for every
+  collective but a measured all-gather / reduce-scatter (`nccl_gather_shares`: 8 H100 0.745). B200: 0.802,
   NCCL's own per-link figure for NVLink 5 (src/graph/topo.h SM100_NVLINK_BW, 40.1 of 50 GB/s).
+- `nccl_gather_shares`: NCCL's all-gather / reduce-scatter bus bandwidth over the link rate inside one
+  NVLink domain, by group size, where measured (nccl-tests in NVIDIA's aiconfigurator; `NCCL_GATHER_SHARES_*`):
+  it grows with the group (8 B200: 0.683, 2: 0.473). Empty: `comm_efficiency`. All-reduce (NVLink SHARP),
+  all-to-all, point-to-point and rings that leave the node keep `comm_efficiency`.
 - `nic_efficiency`: the same over a scale-out NIC (0: `comm_efficiency`): NCCL's maintainers expect
   "46-48GB/s per NIC" from 400 Gb/s NDR InfiniBand in a ring (NVIDIA/nccl-tests issue #290, March
   2025): 0.94 of 50 GB/s on the NDR systems below.
@@ -59,6 +63,7 @@ A run config may override every figure (`device:` in the run config, `ppb_core.c
 from __future__ import annotations
 
 import dataclasses
+import itertools
 from dataclasses import dataclass
 
 # Throughput of each dtype's tensor cores over the 16-bit rate (A100, H100, H200, B200 datasheets:
@@ -384,6 +389,9 @@ class DeviceProfile:
     standard_attention_measured: bool = False
     comm_efficiency: float = 0.8
     nic_efficiency: float = 0.0  # NCCL's bus bandwidth over a NIC's rate; 0: comm_efficiency
+    # (group size, share) pairs, sizes ascending: NCCL's all-gather / reduce-scatter bus bandwidth over
+    # `intra_node_bandwidth_gbs` inside one NVLink domain (`gather_share`); (): `comm_efficiency`
+    nccl_gather_shares: tuple[tuple[int, float], ...] = ()
     # How a node's devices reach each other: 0, through a switch (NVSwitch), each device reaching any
     # peer at its whole intra-node bandwidth; n, a full mesh of n point-to-point links a device (Ascend
     # 910B's 7 HCCS links), one link to each peer carrying 1/n of it, so a group of k ranks in the node
@@ -441,6 +449,11 @@ class DeviceProfile:
         """NCCL's share of a scale-out NIC's rate (`nic_efficiency`, else `comm_efficiency`)."""
         return self.nic_efficiency or self.comm_efficiency
 
+    def gather_share(self, size: int) -> float:
+        """NCCL's all-gather / reduce-scatter share of the link for a group of *size* ranks in one NVLink
+        domain (`measured_share`; `comm_efficiency` where unmeasured)."""
+        return measured_share(self.nccl_gather_shares, size) if self.nccl_gather_shares else self.comm_efficiency
+
     def peak_flops(self, dtype: str = "bf16") -> float:
         """Dense tensor-core FLOP/s for *dtype* (bf16, fp16, fp32 as TF32, fp8)."""
         return self.peak_tflops * 1e12 * DTYPE_RATE[dtype]
@@ -469,6 +482,42 @@ EAGER_MEMORY_EFFICIENCY_H100 = 0.82
 # as measured (nvbandwidth, 8x A100-SXM4-80GB; until 2026-12-06 its spec times Gen5's measured share, 27.28)
 HOST_LINK_GBS_GEN5 = 55.43
 HOST_LINK_GBS_GEN4 = 24.81
+# `DeviceProfile.nccl_gather_shares`: nccl-tests' all_gather_perf and reduce_scatter_perf inside one NVLink
+# domain as NVIDIA's aiconfigurator collected them (ai-dynamo/aiconfigurator 095f58a,
+# aic-core/src/aiconfigurator_core/systems/data/PART/comm/nccl/VERSION/nccl_perf.parquet; collector
+# collector/network/collect_nccl.py: `-d half`, out-of-place time, message_size = bytes / 2). At the largest
+# size measured, 2^28 half elements (537 MB, the whole gathered tensor), the bus bandwidth
+# 2·message_size/latency·(g−1)/g (nccl-tests' busbw, the bytes ppb's ring moves: `ppb_core.timing.comm`) of
+# all-gather and reduce-scatter, their mean over the link's rate per direction. GB/s (AG, RS):
+# - A100 SXM4, NCCL 2.27.3, over 300: g2 150.0, 166.5; g4 191.6, 203.1; g8 205.3, 212.8
+# - H100 SXM, NCCL 2.29.2, over 450: g2 258.5, 249.0; g4 317.7, 309.8; g8 335.2, 335.7
+# - H200 SXM, NCCL 2.29.2, over 450: g2 257.6, 247.8; g4 316.6, 311.1; g8 336.8, 337.1
+# - B200, NCCL 2.29.2, over 900: g2 438.4, 412.3; g4 566.6, 552.5; g8 617.0, 612.9
+# - B300, NCCL 2.29.2, over 900: g2 444.4, 416.4; g4 572.4, 557.6; g8 620.6, 614.2
+# - GB200, NCCL 2.29.2, over 900: g2 436.8, 408.6; g4 563.6, 549.1 (no larger group measured)
+# - GB300, NCCL 2.29.2, over 900: g2 448.1, 416.7; g4 571.7, 555.6 (none larger)
+# GB200 and GB300 reach their B200's / B300's figures at 2 and 4 within 1% (the same NVLink 5 switch), so
+# their 8 is the B200's / B300's; every part holds its 8's share for larger groups (an NVL72's 16-72: not
+# measured). Smaller messages reach less (B200 g8 at 268 MB: 598); ppb keeps its per-step latency for that.
+NCCL_GATHER_SHARES_A100 = ((2, 0.528), (4, 0.658), (8, 0.697))
+NCCL_GATHER_SHARES_H100 = ((2, 0.564), (4, 0.697), (8, 0.745))
+NCCL_GATHER_SHARES_H200 = ((2, 0.562), (4, 0.697), (8, 0.749))
+NCCL_GATHER_SHARES_B200 = ((2, 0.473), (4, 0.622), (8, 0.683))
+NCCL_GATHER_SHARES_B300 = ((2, 0.478), (4, 0.628), (8, 0.686))
+NCCL_GATHER_SHARES_GB200 = ((2, 0.470), (4, 0.618), (8, 0.683))
+NCCL_GATHER_SHARES_GB300 = ((2, 0.480), (4, 0.626), (8, 0.686))
+
+
+def measured_share(shares: tuple[tuple[int, float], ...], size: int) -> float:
+    """A share measured at a few group sizes (ascending) for *size*: linear in the group size between
+    two measured sizes, held at the nearest one outside them."""
+    if size <= shares[0][0]:
+        return shares[0][1]
+    for (low, low_share), (high, high_share) in itertools.pairwise(shares):
+        if size <= high:
+            return low_share + (high_share - low_share) * (size - low) / (high - low)
+    return shares[-1][1]
+
 
 DEVICE_CATALOG: dict[str, DeviceProfile] = {
     # NVIDIA A100 Tensor Core GPU datasheet (2021), SXM4 80GB: 80GB HBM2e (81920 MiB in nvidia-smi),
@@ -506,6 +555,7 @@ DEVICE_CATALOG: dict[str, DeviceProfile] = {
         # block (SM) each ("Channel 23/24" in the NCCL log of NVIDIA/nccl-tests issue #100, HGX A100
         # 80GB, Dec 2021): the SMs a collective takes from the GEMM it hides behind.
         comm_sms=24,
+        nccl_gather_shares=NCCL_GATHER_SHARES_A100,
     ),
     # NVIDIA H100 Tensor Core GPU datasheet, SXM5: 80GB HBM3 (81559 MiB in nvidia-smi), 989 TFLOPS
     # BF16 dense (1,979 with sparsity), 3.35 TB/s; NVLink 4 900 GB/s bidirectional; DGX H100:
@@ -530,6 +580,7 @@ DEVICE_CATALOG: dict[str, DeviceProfile] = {
         host_link_gbs=HOST_LINK_GBS_GEN5,
         eager_memory_efficiency=EAGER_MEMORY_EFFICIENCY_H100,
         standard_attention_measured=True,
+        nccl_gather_shares=NCCL_GATHER_SHARES_H100,
     ),
     # NVIDIA H200 Tensor Core GPU datasheet, SXM: 141GB HBM3e (143771 MiB in nvidia-smi), 989 TFLOPS
     # BF16 dense, 4.8 TB/s; NVLink 4 900 GB/s bidirectional; DGX H200: 400 Gb/s per GPU. The same
@@ -556,6 +607,7 @@ DEVICE_CATALOG: dict[str, DeviceProfile] = {
         host_kernel_us=HOST_KERNEL_US_DGX_H100,
         host_boost_ghz=3.8,
         host_link_gbs=HOST_LINK_GBS_GEN5,
+        nccl_gather_shares=NCCL_GATHER_SHARES_H200,
     ),
     # NVIDIA DGX B200 datasheet: 1,440 GB HBM3e over 8 GPUs (nvidia-smi shows 183359 MiB per GPU,
     # e.g. NVIDIA/TensorRT-LLM issue #10278), 2.25 PFLOPS dense BF16 per GPU (4.5 with sparsity;
@@ -612,6 +664,7 @@ DEVICE_CATALOG: dict[str, DeviceProfile] = {
         attention_backward_efficiency=ATTENTION_BACKWARD_B200,
         host_kernel_us=HOST_KERNEL_US_DGX_B200,
         host_boost_ghz=4.0,
+        nccl_gather_shares=NCCL_GATHER_SHARES_B200,
     ),
     # NVIDIA GB200 (one of a Grace Blackwell superchip's two GPUs, as in an NVL72 rack's 4-GPU compute
     # trays, Megatron CI's dgx_gb200): the B200's sm_100 GPU run faster. ml-engineering's tables
@@ -661,6 +714,7 @@ DEVICE_CATALOG: dict[str, DeviceProfile] = {
         attention_forward_efficiency=round(1697 / 2500, 3),
         attention_backward_efficiency=round(1374 / 2500, 3),
         host_kernel_us=HOST_KERNEL_US_DGX_GB200,
+        nccl_gather_shares=NCCL_GATHER_SHARES_GB200,
     ),
     # NVIDIA B300 (Blackwell Ultra, sm_103) in DGX B300 / HGX B300, 8 GPUs of one NVLink 5 switch. Datasheet
     # figures as stas00/ml-engineering compute/accelerator/README.md at 744d01e tabulates them from the DGX B300
@@ -712,6 +766,7 @@ DEVICE_CATALOG: dict[str, DeviceProfile] = {
         attention_backward_efficiency=ATTENTION_BACKWARD_B300,
         host_kernel_us=HOST_KERNEL_US_DGX_B200,
         host_boost_ghz=4.6,
+        nccl_gather_shares=NCCL_GATHER_SHARES_B300,
     ),
     # NVIDIA GB300 (a Grace Blackwell Ultra superchip's GPU, 4 a compute tray, 72 a GB300 NVL72 rack's NVLink
     # domain). NVIDIA GB300 NVL72 specifications as ml-engineering's README (above) tabulates them: 2,500 TFLOPS
@@ -757,6 +812,7 @@ DEVICE_CATALOG: dict[str, DeviceProfile] = {
         attention_forward_efficiency=round(2014 / 2500, 3),
         attention_backward_efficiency=round(1536 / 2500, 3),
         host_kernel_us=HOST_KERNEL_US_DGX_GB200,
+        nccl_gather_shares=NCCL_GATHER_SHARES_GB300,
     ),
     # Huawei Ascend 910B (Atlas 800T A2 training server) public specifications: 64 GB HBM2e
     # (65536 MiB), 1.6 TB/s; about 313 TFLOPS FP16 for the 910B3 (the 910B2 measures ~315 TFLOPS

@@ -660,6 +660,8 @@ class Device(StrictModel):
         overrides = {
             key: value for key, value in self.model_dump(exclude={"name", "reserved_mb"}).items() if value is not None
         }
+        if self.comm_efficiency is not None:  # a stated NCCL share holds for every collective, gathers included
+            overrides["nccl_gather_shares"] = ()
         return base.replace(**overrides)
 
     @property

@@ -6,7 +6,8 @@ then expert-parallel): a group of *size* ranks spans `span` consecutive ranks, a
 one node when that span fits in `devices_per_node`.
 
 Costs (bandwidth per direction per device, times the device's `comm_efficiency`, over a NIC its
-`nic_efficiency`; one
+`nic_efficiency`, an all-gather / reduce-scatter inside one NVLink domain its measured share for the
+group's size, `nccl_gather_shares`; one
 `collective_latency_us` per step, plus `inter_node_latency_us` when the group leaves the node):
 - all-gather / reduce-scatter of a P-byte tensor over g ranks: a ring, P·(g−1)/g bytes, g−1 steps;
 - all-reduce: reduce-scatter then all-gather, 2·P·(g−1)/g bytes, 2(g−1) steps;
@@ -44,7 +45,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ppb_core.config.devices import DeviceProfile
+from ppb_core.config.devices import DeviceProfile, measured_share
 from ppb_core.config.run import RunConfig
 from ppb_core.timing.flops import ALL_GATHER, ALL_REDUCE, ALL_TO_ALL, P2P, REDUCE_SCATTER, Collective
 
@@ -64,6 +65,10 @@ class Links:
     groups: dict[str, Group]
     inter_node_latency_s: float = 0.0  # added to a step that crosses nodes
     mesh_links: int = 0  # a full mesh's links a device (`DeviceProfile.intra_node_links`); 0: a switch
+    # NCCL's all-gather / reduce-scatter share of the link by group size inside the node, over its raw rate
+    # (`DeviceProfile.nccl_gather_shares`, `link_bytes_per_s`); (): `intra_node_bytes_per_s`
+    gather_shares: tuple[tuple[int, float], ...] = ()
+    link_bytes_per_s: float = 0.0
 
     @classmethod
     def from_run(cls, run: RunConfig, device: DeviceProfile | None = None) -> Links:
@@ -90,6 +95,8 @@ class Links:
             groups=groups,
             inter_node_latency_s=device.inter_node_latency_us * 1e-6,
             mesh_links=device.intra_node_links,
+            gather_shares=device.nccl_gather_shares,
+            link_bytes_per_s=device.intra_node_bandwidth_gbs * 1e9,
         )
 
     def node_bytes_per_s(self, local: int) -> float:
@@ -117,6 +124,13 @@ class Links:
         if local <= 1:
             return self.inter_node_bytes_per_s
         return min(node, local * self.inter_node_bytes_per_s)
+
+    def gather_ring_bytes_per_s(self, local: int, size: int) -> float:
+        """An NCCL all-gather / reduce-scatter ring's bandwidth: inside one NVLink domain the share measured
+        for its group size (`DeviceProfile.nccl_gather_shares`), else `ring_bytes_per_s`."""
+        if local >= size and not self.mesh_links and self.gather_shares:
+            return self.link_bytes_per_s * measured_share(self.gather_shares, size)
+        return self.ring_bytes_per_s(local, size)
 
     def in_node(self, group: Group) -> int:
         """How many of the group's ranks share a node with any one of them."""
@@ -147,6 +161,7 @@ def collective_seconds(collective: Collective, links: Links) -> float:
     bandwidth = links.ring_bytes_per_s(local, size)
     steps = 1 if links.mesh(local, size) else size - 1  # HCCL's Mesh: one step (module docstring)
     if collective.kind in (ALL_GATHER, REDUCE_SCATTER):
+        bandwidth = links.gather_ring_bytes_per_s(local, size)
         return payload * (size - 1) / size / bandwidth + steps * step
     if collective.kind == ALL_REDUCE:
         return 2 * payload * (size - 1) / size / bandwidth + 2 * steps * step

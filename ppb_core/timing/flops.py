@@ -157,6 +157,14 @@ class Op:
     # at the HBM share such kernels measure (`ppb_core.timing.kernels.STRIDED_EAGER_SHARE`), not at a fused
     # kernel's: GPT-OSS's clamp (`_glu_clamp`).
     strided: bool = False
+    # The part of its (forward, backward) bytes PyTorch's eager element-wise kernels move where an operand is not
+    # contiguous but the op as a whole is not `strided`: a broadcast operand (stride 0: a bias row, a column of
+    # routing probabilities, rotary's cos and sin) or a `chunk` half. TensorIterator vectorizes only when every
+    # operand is contiguous; otherwise it runs `launch_legacy_kernel` over an offset calculator, one element a
+    # thread step (torch 2.13 aten/src/ATen/native/cuda/CUDALoops.cuh `gpu_kernel_impl` and
+    # `gpu_kernel_impl_nocast`: `if (contiguous) launch_vectorized_kernel ... else launch_legacy_kernel`), the
+    # path `kernels.STRIDED_EAGER_SHARE` measures: priced at that share, the rest as the op's other bytes.
+    strided_bytes: tuple[float, float] = (0.0, 0.0)
     # A matmul's memory-bound passes outside its GEMM kernel, (forward, backward) HBM bytes: a bias
     # added after the product, its gradient reduced from the output gradient (`_bias_passes`).
     side_bytes: tuple[float, float] = (0.0, 0.0)
@@ -851,14 +859,16 @@ def _residual(name: str, block: str, geo: OpGeometry, width: float, dropout: flo
     where the branch returns a *bias* (read and write), `F.dropout` (at p 0 PyTorch's `dropout` returns its
     input: no kernel; else `native_dropout`, read and write and the mask), `residual + out` (read two, write
     one), a kernel each; backward the adds hand the gradient on (the bias's reduction is its linear's,
-    `_bias_passes`), the dropout's backward where p > 0, and the fork's sum."""
+    `_bias_passes`), the dropout's backward where p > 0, and the fork's sum. `x + bias` broadcasts the bias row
+    over the tokens: PyTorch's non-contiguous path (`Op.strided_bytes`)."""
     elements = geo.whole_tokens * width
     bc = geo.dtype_bytes
     mask = MASK_BYTES if dropout > 0 else 0
     if geo.framework == "megatron" and not geo.bias_dropout_fusion:
         added, dropped = 2 * bc if bias else 0, 2 * bc + mask if dropout > 0 else 0
         op = _elementwise(name, block, elements * (3 * bc + added + dropped), elements * (3 * bc + dropped))
-        return dataclasses.replace(op, launches=(1.0 + bias + (dropout > 0), 1.0 + (dropout > 0)))
+        launches = (1.0 + bias + (dropout > 0), 1.0 + (dropout > 0))
+        return dataclasses.replace(op, launches=launches, strided_bytes=(elements * added, 0.0))
     branch = 0 if geo.framework == "torchtitan" and not mask else 2 * bc + mask
     return _elementwise(name, block, elements * (3 * bc + mask), elements * (3 * bc + branch))
 
@@ -1051,6 +1061,8 @@ def _projections(kind: BodyKind, geo: OpGeometry, p: str, norm: str) -> tuple[li
                 inputs=(previous,),
                 **qk_state("rope"),
             )
+            if unfused:
+                rope = dataclasses.replace(rope, strided_bytes=(UNFUSED_ROPE_STRIDED * bc * n * width,) * 2)
             ops.append(rope if unfused or complex_rope else dataclasses.replace(rope, fusion="rope"))
             previous = p + "rope"
         ops.append(
@@ -1818,8 +1830,13 @@ def _expert_output_bias(
     slices (views), the add passing the gradient to t cast to t's dtype where wider (read wide, write bc,
     each expert its kernel) and to b·p; b·p's two gradients each the product g·p or g·b written in full
     (read g, write) and summed (read), the bias's cast to its dtype where wider: 4 kernels an expert, 6
-    where the sums are wider. Elsewhere (no such per-expert loop) one add forward, its bias gradient's read
-    back."""
+    where the sums are wider; then the two `torch.split`s' gradients joined (autograd's
+    `SplitWithSizesBackward0` is `split_with_sizes_backward`, an `at::cat` of the pieces: torch 2.13, two
+    `aten::cat` in this backward profiled on the CPU): t's gradient (read and write bc) and the probabilities'
+    (a wide element a row each way), 2 kernels. b·p forward and the products g·p and g·b backward broadcast a
+    row (b) or a column (p) over their rows: PyTorch's non-contiguous kernels (`strided_bytes`); the add,
+    the cat, the casts and the sums read and write contiguous tensors. Elsewhere (no such per-expert loop)
+    one add forward, its bias gradient's read back."""
     bc = geo.dtype_bytes
     if geo.framework != "megatron":
         return _elementwise(name, block, 2 * rows * h * bc, rows * h * bc, inputs=inputs)
@@ -1827,11 +1844,15 @@ def _expert_output_bias(
     cast = wide > bc
     elements = rows * h
     forward = elements * (wide + (bc + wide) + wide + 2 * wide) + (elements * (wide + bc) if cast else 0.0)
-    # two products (read g, write), their two sums (read); cast: the output's gradient up, t's gradient down
+    # two products (read g, write), their two sums (read); cast: the output's gradient up, t's gradient down;
+    # the splits' gradients joined: t's (read, write bc) and the probabilities' (a wide element a row each way)
     backward = elements * 3 * 2 * wide + (2 * elements * (bc + wide) if cast else 0.0)
+    backward += 2 * elements * bc + 2 * rows * wide
     return dataclasses.replace(
         _elementwise(name, block, forward, backward, inputs=inputs),
-        launches=(2.0 * local + 1.0 + cast, (4.0 + 2.0 * cast) * local + cast),
+        launches=(2.0 * local + 1.0 + cast, (4.0 + 2.0 * cast) * local + cast + 2.0),
+        # b·p written forward; g·p and g·b each read g and write backward (broadcast operands)
+        strided_bytes=(elements * wide, 2 * 2 * elements * wide),
     )
 
 
@@ -2166,6 +2187,12 @@ ALLGATHER_PERMUTE_COUNTS = 2
 ALLGATHER_PERMUTE = {False: (7, 2), True: (4, 1)}  # (unfused, fused) permute, without the probabilities'
 ALLGATHER_PROBS = (6, 5)
 ALLGATHER_UNPERMUTE = {False: (2, 1), True: (1, 1)}
+# With one local expert (EP = the expert count: Megatron CI's EP 8 cases) the local map and probabilities are
+# [T, 1] columns, whose transposes (`.T.contiguous()` in `permute` and before `masked_select`,
+# token_dispatcher.py `dispatch_postprocess` at 5fe3f06658 and d98e8a64) are [1, T] views PyTorch already
+# holds contiguous (`Tensor.contiguous` returns self): no copy, no kernel, no bytes. The permute's map
+# transpose (unfused only) and the probabilities' and the map's before `masked_select`.
+ALLGATHER_ONE_EXPERT_VIEWS = {False: 3, True: 2}
 
 
 def _allgather_dispatch(moe: Moe, geo: OpGeometry, h: int, inputs: tuple[str, ...], p: str) -> list[Op]:
@@ -2221,29 +2248,33 @@ def _allgather_dispatch(moe: Moe, geo: OpGeometry, h: int, inputs: tuple[str, ..
     # Forward HBM bytes: the columns' copies (map 1 + 1, probabilities pb + pb, with EP), their count (1),
     # the map's transpose (1 + 1), the argsort's one-byte keys read and int64 indices written (1 + 8), the
     # rows gathered (index_select: rows·h read + written); the probabilities' transposes (pb + pb, 1 + 1)
-    # and masked_select's read of both and its rows written. Backward: the tokens' gradient zero-filled
-    # (T·h) and the rows added in (read + read-modify-write: 3·rows·h), the probabilities' gradient
-    # scattered into zeros (cells·pb written, the mask and the rows read, the rows written) and copied
-    # into the slice's zero-filled `[T, E]` gradient (T·E·pb written, cells·pb read and written).
+    # and masked_select's read of both and its rows written (no transposes with one local expert: views).
+    # Backward: the tokens' gradient zero-filled (T·h) and the rows added in (read + read-modify-write:
+    # 3·rows·h), the probabilities' gradient scattered into zeros (cells·pb written, the mask and the rows
+    # read, the rows written) and copied into the slice's zero-filled `[T, E]` gradient (T·E·pb written,
+    # cells·pb read and written).
     sliced = 2 * cells * (1 + pb) if geo.ep > 1 else 0.0
-    probs_forward = cells * (2 * pb + 2 + pb + 1) + rows * pb
     permute_fusion = geo.permute_fusion
+    column = local == 1  # the transposes are views (`ALLGATHER_ONE_EXPERT_VIEWS`)
+    probs_forward = cells * ((0 if column else 2 * pb + 2) + pb + 1) + rows * pb
+    map_transpose = 0 if column else 2
     slices = ALLGATHER_PERMUTE_SLICES if geo.ep > 1 else 0
     permute_launches = ALLGATHER_PERMUTE[permute_fusion]
+    views = ALLGATHER_ONE_EXPERT_VIEWS[permute_fusion] if column else 0
     ops.append(
         Op(
             p + "local_permute",
             block,
             MEMORY,
             inputs=(source, *inputs[1:]),
-            bytes=sliced + cells + cells * (2 + 9) + 2 * rows * h_bytes * bc + probs_forward,
+            bytes=sliced + cells + cells * (map_transpose + 9) + 2 * rows * h_bytes * bc + probs_forward,
             backward_bytes=gathered * h_bytes * bc
             + 3 * rows * h_bytes * bc
             + cells * (3 * pb + 1)
             + 2 * rows * pb
             + gathered * experts * pb,
             launches=(
-                slices + ALLGATHER_PERMUTE_COUNTS + permute_launches[0] + ALLGATHER_PROBS[0],
+                slices + ALLGATHER_PERMUTE_COUNTS + permute_launches[0] + ALLGATHER_PROBS[0] - views,
                 permute_launches[1] + ALLGATHER_PROBS[1],
             ),
         )
@@ -2362,6 +2393,11 @@ def body_ops(kind: BodyKind, geo: OpGeometry, p: str = "") -> tuple[Op, ...]:
 # backward (zeros 1, then 1 + 1 copied in): 13. The fused kernel reads and writes once: 2 and 2.
 UNFUSED_ROPE_FORWARD = 12
 UNFUSED_ROPE_BACKWARD = 13
+# Of those, the passes PyTorch runs on its non-contiguous path (`Op.strided_bytes`): t·cos and ·sin broadcast
+# cos and sin ([s, 1, 1, d]) over the batch and heads (1 + 1 each), the negation reads a `chunk` half (½ + ½);
+# backward their gradients alike (the grad·sin and grad·cos products, the negated half): 5 each way. The sum,
+# the cats and the slice's zero-filled gradient read and write contiguous tensors.
+UNFUSED_ROPE_STRIDED = 5
 # MLA's interleaved rotary part adds `torch.cat((x1, x2))` of the even and odd halves (1 + 1) forward,
 # and backward the two strided slices' zero-filled gradients (2 × (1 + ½ + ½)) summed (2 + 1): 14 and 20.
 UNFUSED_MLA_ROPE_FORWARD = UNFUSED_ROPE_FORWARD + 2

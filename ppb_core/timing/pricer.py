@@ -603,7 +603,12 @@ class TimeModel:
         if op.score_keys:  # an unfused attention core's pass over its scores
             seconds = kernels.score_memory_s(traffic, op.score_keys, phase != "forward", op.score_head_dim)
         else:
-            seconds = kernels.elementwise_s(traffic, op.fusion, backward=phase != "forward", strided=op.strided)
+            backward = phase != "forward"
+            # the bytes PyTorch runs on its non-contiguous path (`Op.strided_bytes`) at that path's share
+            legacy = 0.0 if op.strided else op.strided_bytes[backward]
+            seconds = kernels.elementwise_s(traffic - legacy, op.fusion, backward=backward, strided=op.strided)
+            if legacy > 0:
+                seconds += kernels.elementwise_s(legacy, None, backward=backward, strided=True)
         return seconds if phase in ("forward", "backward") else seconds / 2
 
     def _quantize_s(self, traffic: float, kernels: Kernels) -> float:
