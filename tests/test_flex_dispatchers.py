@@ -62,8 +62,19 @@ def test_hybridep_sends_a_token_once_a_rank_and_permutes_inside_its_kernels_when
     # unpermute and the probabilities' gradient cast back
     assert unfused["permute"].launches == (3.0, 2.0)
     fused = _ops("hybridep", in_kernel=True)
-    assert fused["permute"].bytes == 0 and fused["unpermute"].bytes == 0
+    # fused (hybrid_ep_backend.cuh at 94a9f8f): the dispatch kernel's permute blocks copy each chunk as it lands,
+    # under the transfer: no pass priced; the combine kernel's unpermute blocks still read the 8 expert rows a
+    # token and write its slots before the combine sends them: the unfused unpermute's bytes, each direction
+    # (the permute's backward is `combine_with_unpermute`, the unpermute's `dispatch_with_permute`)
+    assert fused["permute"].bytes == 0 and fused["unpermute"].backward_bytes == 0
+    assert fused["unpermute"].bytes == pytest.approx((sent + tokens * 8) * h * 2)
+    assert fused["permute"].backward_bytes == pytest.approx((sent + tokens * 8) * h * 2)
     assert fused["permute"].launches == (2.0, 1.0)  # the metadata scan and the cast
+    assert fused["unpermute"].launches == (0.0, 0.0)  # inside the combine kernel
+    # NCCL EP's kernels read and write the expert rows themselves: no pass either way
+    ncclep = _ops("ncclep", in_kernel=True)
+    assert ncclep["permute"].bytes == ncclep["permute"].backward_bytes == 0
+    assert ncclep["unpermute"].bytes == ncclep["unpermute"].backward_bytes == 0
     # --moe-router-dtype fp32: the probabilities are fp32 already, no cast
     geo = OpGeometry(seq_length=4096, ep=16, ep_nodes=2, dispatcher="hybridep", router_bytes=4)
     fp32 = {op.name: op for op in moe_ops(KIND, MOE, geo)}
@@ -82,6 +93,10 @@ def test_the_backends_take_their_own_sms() -> None:
     assert flex_sms("deepep", None, 2, 132, False) == 20  # `_DeepepManager.__init__`: else 20
     assert flex_sms("ncclep", None, 1, 132, False) == 0  # NCCL's own choice: the device's NCCL share
     assert flex_sms("ncclep", 12, 1, 132, False) == 12
+    # the combine direction: fused, its unpermute blocks end after their local pass (no peer flag polled,
+    # `unpermute_G2S_warp_group_device_function`), the transfer keeps the combine API's own SMs
+    assert flex_sms("hybridep", 16, 1, 132, True, combine=True) == 16
+    assert flex_sms("hybridep", None, 2, 132, True, combine=True) == 8
 
 
 def test_a_runs_geometry_carries_its_backends_sms() -> None:
@@ -94,6 +109,23 @@ def test_a_runs_geometry_carries_its_backends_sms() -> None:
     assert sms(moe_dispatcher="hybridep", moe_flex_dispatcher_num_sms=32) == 32
     assert sms(moe_dispatcher="hybridep", moe_flex_dispatcher_num_sms=24, moe_permute_fusion_into_hybridep=True) == 132
     assert sms(moe_dispatcher="alltoall") == 0
+    fused_timing = {
+        "moe_dispatcher": "hybridep",
+        "moe_flex_dispatcher_num_sms": 32,
+        "moe_permute_fusion_into_hybridep": True,
+    }
+    fused = OpGeometry.from_run(make_run(SPEC, parallel={"dp": 16, "ep": 16}, timing=fused_timing))
+    assert (fused.flex_sms, fused.flex_combine_sms) == (32 + 100, 32)  # min(108, 132 − 32) = 100 permute blocks
+
+
+def test_fused_hybridep_holds_its_permute_blocks_only_in_the_dispatch_direction() -> None:
+    # the dispatch kernel (the dispatch, the combine's backward: `HybridEPCombine.backward` calls
+    # `dispatch_with_permute`) holds 32 + 100 SMs; the combine kernel (the combine, the dispatch's backward) 32
+    geo = OpGeometry(seq_length=4096, ep=16, ep_nodes=2, dispatcher="hybridep", flex_in_kernel=True,
+                     flex_sms=132, flex_combine_sms=32)  # fmt: skip
+    ops = {op.name: op for op in moe_ops(KIND, MOE, geo)}
+    assert ops["dispatch"].forward_comm.sms == 132 and ops["combine"].backward_comm.sms == 132
+    assert ops["combine"].forward_comm.sms == 32 and ops["dispatch"].backward_comm.sms == 32
 
 
 def test_hybridep_dispatch_waits_for_its_counts_as_deepeps() -> None:

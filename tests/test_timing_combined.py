@@ -12,7 +12,7 @@ from test_memory_runs import make_run
 from ppb_core.model.switches import LayerType
 from ppb_core.model.walk import BODY, walk
 from ppb_core.schedules import combined_pairs, simulate
-from ppb_core.timing.combined import Segments, layer_segments, step_saving
+from ppb_core.timing.combined import Segments, direction_contention, layer_segments, step_saving
 from ppb_core.timing.iteration import run_iteration
 from ppb_core.timing.pricer import TimeModel
 
@@ -37,6 +37,20 @@ def test_a_layer_pair_on_two_streams_by_hand():
     # Two forward layers beside one backward layer: one pair, the second forward layer alone.
     assert step_saving([F, F], [B]) == pytest.approx(4.0)
     assert step_saving([], [B]) == 0.0
+
+
+def test_a_layers_own_other_half_does_not_count_beside_compute():
+    # real layers carry both halves: the pair runs the forward layer's two all-to-alls and the backward
+    # layer's two (`pair_step`), 4 beside compute, not the 8 both layers' segments hold: 4 − 0.1·4
+    both = Segments(2, 1, 3, 1, 1, 4, 2, 1, 4, forward_alone=7, backward_alone=12)
+    assert step_saving([both], [both], contention=0.1) == pytest.approx(3.6)
+
+
+def test_each_direction_takes_its_own_share():
+    # F's dispatch 1 and B's combine backward 1 run the dispatch kernel; F's combine 1 and B's dispatch
+    # backward 1 the combine kernel: (1.0·2 + 0.25·2) / 4
+    assert direction_contention([F], [B], 1.0, 0.25) == pytest.approx(0.625)
+    assert direction_contention([DENSE], [DENSE], 0.3, 0.1) == pytest.approx(0.3)  # no all-to-all: the first
 
 
 def test_delayed_weight_gradients_leave_the_dispatch_s_backward_by_hand():

@@ -210,6 +210,20 @@ def pair_step(streams: _Streams, f: Segments, b: Segments, delay_wgrad: bool = F
     streams.compute += b.pre_backward_dw  # 0 without --delay-wgrad-compute
 
 
+def direction_contention(
+    forwards: Sequence[Segments], backwards: Sequence[Segments], dispatch: float, combine: float
+) -> float:
+    """The share of compute the all-to-alls take, weighted by their seconds in each direction: *dispatch*
+    for the dispatch and the combine's backward (the dispatch kernel), *combine* for the combine and the
+    dispatch's backward (the combine kernel; fused HybridEP's differ, `ppb_core.timing.flex.flex_sms`)."""
+    pairs = min(len(forwards), len(backwards))
+    dispatching = sum(f.dispatch_forward for f in forwards[:pairs]) + sum(b.combine_backward for b in backwards[:pairs])
+    combining = sum(f.combine_forward for f in forwards[:pairs]) + sum(b.dispatch_backward for b in backwards[:pairs])
+    if dispatching + combining <= 0:
+        return dispatch
+    return (dispatch * dispatching + combine * combining) / (dispatching + combining)
+
+
 def step_saving(
     forwards: Sequence[Segments], backwards: Sequence[Segments], contention: float = 0.0, delay_wgrad: bool = False
 ) -> float:
@@ -229,8 +243,10 @@ def step_saving(
         f.pre_forward + f.mlp_forward + b.mlp_backward + b.mlp_backward_dw + b.pre_backward + b.pre_backward_dw
         for f, b in zip(forwards[:pairs], backwards[:pairs], strict=True)
     )
+    # the forward layer's all-to-alls and the backward layer's: what the comm stream ran (`pair_step`)
     communication = sum(
-        f.communication + b.communication for f, b in zip(forwards[:pairs], backwards[:pairs], strict=True)
+        f.dispatch_forward + f.combine_forward + b.combine_backward + b.dispatch_backward
+        for f, b in zip(forwards[:pairs], backwards[:pairs], strict=True)
     )
     beside = max(0.0, communication - max(0.0, step - computing))
     return max(0.0, alone - step - contention * beside)

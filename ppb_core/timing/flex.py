@@ -23,15 +23,23 @@ d98e8a64; HybridEP: deepseek-ai/DeepEP branch hybrid-ep at 94a9f8f).
   `moe_permute_fusion_into_hybridep` False) they are HybridEP's own kernels (csrc/hybrid_ep/extension/
   permute.cu): the permute reads the received slots and writes the expert-major rows, the unpermute reads
   the rows and writes each token's reduced slot, the weighted sum across ranks done by the combine kernel.
-  Fused (`--moe-permute-fusion-into-hybridep`), the dispatch kernel writes the expert-major rows itself
-  and the combine kernel reads them: no pass of their own. NCCL EP's `ep_dispatch` returns the rows
-  expert-major and `ep_combine` reads them (`_NCCLEPManager` docstring): no pass of their own either.
+  Fused (`--moe-permute-fusion-into-hybridep`), the same passes run as extra blocks of the dispatch and
+  combine kernels (csrc/hybrid_ep/backend/hybrid_ep_backend.cuh at 94a9f8f, `permute_G2S_warp_group_
+  device_function` / `unpermute_G2S_warp_group_device_function`; executor.cu `dispatch_postprocess`,
+  `combine_preprocess`: no kernel of their own). The dispatch's permute blocks poll each chunk's flag
+  (`ld.relaxed.sys`) and copy it from the received slots to the expert rows as it lands: the copy hides
+  under the transfer, ppb prices no pass of its own. The combine's unpermute blocks wait on no peer:
+  they read the local expert rows, write the slots the combine blocks then send, and end: ppb prices
+  their pass as the unfused unpermute's, with no launch of its own. NCCL EP's `ep_dispatch` returns the
+  rows expert-major and `ep_combine` reads them (`_NCCLEPManager` docstring): no pass of their own.
 * **SMs beside compute.** DeepEP's kernels take `Buffer.set_num_sms` SMs, Megatron's default 20
   (`_DeepepManager.__init__`: `moe_flex_dispatcher_num_sms` else 20). HybridEP's take
   `num_sms_dispatch_api` / `num_sms_combine_api`, default 24 within one NVLink domain and 8 across
   (csrc/hybrid_ep/config.cuh `Configurer`); fused, the permute part runs min(108, SMs − dispatch SMs)
   blocks of one block an SM beside them (`get_default_config(fuse_permute_dispatch)`): nearly the whole
-  device. NCCL EP's default (`max_num_sms` 0) is NCCL's choice: ppb's device `comm_sms`.
+  device while the dispatch's transfer runs (its permute blocks wait for the last chunk), the combine's
+  unpermute blocks only for their local pass (`flex_sms` by direction). NCCL EP's default (`max_num_sms`
+  0) is NCCL's choice: ppb's device `comm_sms`.
 * **Host.** Dropless, HybridEP reads the permuted row count on the host inside the dispatch
   (`num_permuted_tokens` None: "causes a D2H synchronization", fused_a2a.py `hybrid_ep_dispatch`), as
   DeepEP's dispatch waits for its counts and NCCL EP's eager mode sizes its receive buffer from them:
@@ -105,13 +113,17 @@ def in_kernel_permutation(dispatcher: str, fused_into_hybridep: bool) -> bool:
     return dispatcher == "ncclep" or (dispatcher == "hybridep" and fused_into_hybridep)
 
 
-def flex_sms(dispatcher: str, configured: int | None, ep_nodes: int, device_sms: int, fused: bool) -> int:
-    """SMs a flex backend's dispatch or combine takes beside compute; 0: the device's NCCL share."""
+def flex_sms(
+    dispatcher: str, configured: int | None, ep_nodes: int, device_sms: int, fused: bool, combine: bool = False
+) -> int:
+    """SMs a flex backend's dispatch (or, *combine*, its combine) direction takes beside compute for its
+    transfer; 0: the device's NCCL share. Fused HybridEP's permute blocks wait out the dispatch's transfer;
+    its unpermute blocks end after their local pass (module docstring), so the combine keeps its own."""
     if dispatcher == "deepep":
         return configured or DEEPEP_DEFAULT_SMS
     if dispatcher == "hybridep":
         sms = configured or (HYBRIDEP_SMS_ONE_DOMAIN if ep_nodes <= 1 else HYBRIDEP_SMS_ACROSS)
-        if fused:
+        if fused and not combine:
             sms += min(HYBRIDEP_FUSED_PERMUTE_BLOCKS, max(0, device_sms - sms))
         return min(sms, device_sms)
     if dispatcher == "ncclep" and configured:

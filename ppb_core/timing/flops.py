@@ -279,6 +279,9 @@ class OpGeometry(Geometry):
     dispatcher: str = "alltoall"  # alltoall | allgather (Megatron's default) | deepep | hybridep | ncclep (flex)
     flex_in_kernel: bool = False  # the flex backend permutes inside its dispatch and combine (`flex`)
     flex_sms: int = 0  # SMs the flex backend's dispatch and combine take beside compute (`flex.flex_sms`)
+    # ... its combine direction's (the combine, the dispatch's backward) where they differ: fused HybridEP's
+    # unpermute blocks end after their local pass (`flex.flex_sms` combine); None: `flex_sms`
+    flex_combine_sms: int | None = None
     # HybridEP's measured (dispatch, combine) kernel rates within one NVLink domain (`flex.hybridep_rates`); ()
     hybridep_rates: tuple[float, ...] = ()
     # ... and across nodes, a leaving byte's (`flex.hybridep_ib_rates`); ()
@@ -449,6 +452,14 @@ class OpGeometry(Geometry):
                 max(1, -(-par.expert_tp * par.ep // par.devices_per_node)),
                 run.device.profile().sm_count,
                 run.timing.moe_permute_fusion_into_hybridep,
+            ),
+            flex_combine_sms=flex_sms(
+                run.timing.moe_dispatcher,
+                run.timing.moe_flex_dispatcher_num_sms,
+                max(1, -(-par.expert_tp * par.ep // par.devices_per_node)),
+                run.device.profile().sm_count,
+                run.timing.moe_permute_fusion_into_hybridep,
+                combine=True,
             ),
             hybridep_rates=_hybridep_rates(run),
             hybridep_ib_rates=_hybridep_ib_rates(run),
@@ -1896,8 +1907,14 @@ def moe_ops(kind: BodyKind, moe: Moe, geo: OpGeometry, p: str = "") -> list[Op]:
     # local passes read or write those slots on one side and the expert rows on the other
     sent = geo.tokens / geo.tp * ranks_reached(experts, k, geo.ep) if flex else routed
     local_pass = (sent + routed) * h * bc if flex else 2 * routed * h * bc
-    if geo.flex_in_kernel:  # inside the dispatch and combine kernels: no pass of its own
-        local_pass, permute_launches, unpermute_launches = 0.0, (0.0, 0.0), (0.0, 0.0)
+    # the permute direction's pass (the permute, the unpermute's backward) and the unpermute direction's
+    permute_pass = unpermute_pass = local_pass
+    if geo.flex_in_kernel:  # inside the dispatch and combine kernels: no launch of its own
+        permute_launches, unpermute_launches = (0.0, 0.0), (0.0, 0.0)
+        # HybridEP's permute copies each chunk as it lands, under the transfer; its unpermute blocks run their
+        # local pass before the combine sends (`ppb_core.timing.flex`); NCCL EP's kernels read the rows
+        permute_pass = 0.0
+        unpermute_pass = local_pass if geo.dispatcher == "hybridep" else 0.0
     if geo.dispatcher == "hybridep":
         # HybridEP's metadata scan (preprocessing, forward only) and, unfused, its own permute kernel, whose
         # backward is the unpermute in `combine_with_unpermute` (csrc/hybrid_ep/hybrid_ep.cu)
@@ -1924,8 +1941,8 @@ def moe_ops(kind: BodyKind, moe: Moe, geo: OpGeometry, p: str = "") -> list[Op]:
             _elementwise(
                 p + "permute",
                 block,
-                local_pass + sort,
-                local_pass + sort,
+                permute_pass + sort,
+                unpermute_pass + sort,
                 inputs=(norm, p + "router_topk"),
             ),
             launches=permute_launches,
@@ -1948,6 +1965,7 @@ def moe_ops(kind: BodyKind, moe: Moe, geo: OpGeometry, p: str = "") -> list[Op]:
     # the combine's (fused_a2a.py `HybridEPDispatch.backward` calls `combine_with_unpermute`, `HybridEPCombine.
     # backward` `dispatch_with_permute`; Megatron-LM 0d8e0714cd and 2edffadb52)
     dispatch_rate, combine_rate = geo.hybridep_rates or (0.0, 0.0)
+    combine_sms = geo.flex_sms if geo.flex_combine_sms is None else geo.flex_combine_sms
     dispatch_ib, combine_ib = geo.hybridep_ib_rates or (0.0, 0.0)
     if geo.ep > 1:
         ops.append(
@@ -1976,7 +1994,7 @@ def moe_ops(kind: BodyKind, moe: Moe, geo: OpGeometry, p: str = "") -> list[Op]:
                     (p + "experts_in", "wgrad"),
                     None if leaving is None else leaving * bc,
                     calls=calls,
-                    sms=geo.flex_sms,
+                    sms=combine_sms,
                     algorithm_bytes_per_s=combine_rate,
                     inter_node_bytes_per_s=combine_ib,
                 ),
@@ -2083,7 +2101,7 @@ def moe_ops(kind: BodyKind, moe: Moe, geo: OpGeometry, p: str = "") -> list[Op]:
                     "ep",
                     (p + "experts_out", "forward"),
                     None if leaving is None else leaving * bc,
-                    sms=geo.flex_sms,
+                    sms=combine_sms,
                     algorithm_bytes_per_s=combine_rate,
                     inter_node_bytes_per_s=combine_ib,
                 ),
@@ -2103,14 +2121,15 @@ def moe_ops(kind: BodyKind, moe: Moe, geo: OpGeometry, p: str = "") -> list[Op]:
         source = p + "combine"
     # Weighted sum of each token's k expert outputs back in token order; the flex backends sum a token's
     # copies on one rank into its slot, their combine summing across ranks (`ppb_core.timing.flex`).
-    back = local_pass if flex else (k + 1) * geo.tokens / geo.tp * h * bc + 2 * rows * h * bc * sorts
+    back = unpermute_pass if flex else (k + 1) * geo.tokens / geo.tp * h * bc + 2 * rows * h * bc * sorts
+    back_backward = permute_pass if flex else back
     ops.append(
         dataclasses.replace(
             _elementwise(
                 p + "unpermute",
                 block,
                 back,
-                back,
+                back_backward,
                 inputs=(source,),
             ),
             launches=unpermute_launches,

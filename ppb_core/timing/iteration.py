@@ -50,7 +50,7 @@ from ppb_core.model.walk import BODY, HEAD, Layer, LayerWalk, walk
 from ppb_core.pipeline_p2p import OVERLAP_BY_RELEASE, simulate_p2p
 from ppb_core.schedules import Timeline, canonical, cell_order, combined_pairs, simulate
 from ppb_core.timing.batch import batch_seconds, reads
-from ppb_core.timing.combined import layer_segments, mtp_segments, step_saving
+from ppb_core.timing.combined import direction_contention, layer_segments, mtp_segments, step_saving
 from ppb_core.timing.comm import Group, Links, collective_seconds
 from ppb_core.timing.flops import ALL_GATHER, ALL_REDUCE, REDUCE_SCATTER, Collective, OpGeometry
 from ppb_core.timing.fsdp_float8 import precompute_scale_seconds
@@ -748,8 +748,12 @@ def _combined_savings(run, times, per_cell, states, waits) -> list[list[list[flo
         for layer, _, _ in entries:  # a TAIL part's MTP layers, after the decoder layers
             segments[(chunk, stage)] += mtp_segments(times, layer, states[layer][0], delay)
     # the all-to-alls beside compute take their SMs: a flex backend's own count (`flex.flex_sms`), else NCCL's
-    flex = OpGeometry.from_run(run).flex_sms
+    geo = OpGeometry.from_run(run)
+    flex = geo.flex_sms
     contention = min(1.0, flex / times.kernels.sms) if flex else times.kernels.contention
+    # ... each direction its own (fused HybridEP's combine keeps its own SMs, `flex.flex_sms`)
+    combine_flex = flex if geo.flex_combine_sms is None else geo.flex_combine_sms
+    combine_contention = min(1.0, combine_flex / times.kernels.sms) if combine_flex else times.kernels.contention
     totals = {layer: (forward, backward) for entries in per_cell.values() for layer, forward, backward in entries}
 
     def saving(f: int, b: int, s: int) -> float:
@@ -758,7 +762,8 @@ def _combined_savings(run, times, per_cell, states, waits) -> list[list[list[flo
         paired_forward = bodies.get((f, s), [])[:pairs]
         paired_backward = bodies.get((b, s), [])[::-1][:pairs]
         hidden_waits = sum(waits[layer].dispatcher for layer in paired_forward)
-        saved = step_saving(forwards, backwards[::-1], contention, delay) + hidden_waits
+        shared = direction_contention(forwards, backwards[::-1], contention, combine_contention)
+        saved = step_saving(forwards, backwards[::-1], shared, delay) + hidden_waits
         launching = sum(waits[layer].launch_forward for layer in paired_forward) + sum(
             waits[layer].launch_backward for layer in paired_backward
         )
