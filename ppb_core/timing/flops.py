@@ -371,6 +371,14 @@ class OpGeometry(Geometry):
     @classmethod
     def from_run(cls, run: RunConfig) -> OpGeometry:
         par, train = run.parallel, run.training
+        # the flex backend's SMs (`flex_sms`), the dispatch direction's and the combine's from the same settings
+        flex = (
+            run.timing.moe_dispatcher,
+            run.timing.moe_flex_dispatcher_num_sms,
+            max(1, -(-par.expert_tp * par.ep // par.devices_per_node)),
+            run.device.profile().sm_count,
+            run.timing.moe_permute_fusion_into_hybridep,
+        )
         return cls(
             **Geometry.run_fields(run),
             ep_nodes=max(1, -(-par.expert_tp * par.ep // par.devices_per_node)),
@@ -446,21 +454,8 @@ class OpGeometry(Geometry):
             flex_in_kernel=in_kernel_permutation(
                 run.timing.moe_dispatcher, run.timing.moe_permute_fusion_into_hybridep
             ),
-            flex_sms=flex_sms(
-                run.timing.moe_dispatcher,
-                run.timing.moe_flex_dispatcher_num_sms,
-                max(1, -(-par.expert_tp * par.ep // par.devices_per_node)),
-                run.device.profile().sm_count,
-                run.timing.moe_permute_fusion_into_hybridep,
-            ),
-            flex_combine_sms=flex_sms(
-                run.timing.moe_dispatcher,
-                run.timing.moe_flex_dispatcher_num_sms,
-                max(1, -(-par.expert_tp * par.ep // par.devices_per_node)),
-                run.device.profile().sm_count,
-                run.timing.moe_permute_fusion_into_hybridep,
-                combine=True,
-            ),
+            flex_sms=flex_sms(*flex),
+            flex_combine_sms=flex_sms(*flex, combine=True),
             hybridep_rates=_hybridep_rates(run),
             hybridep_ib_rates=_hybridep_ib_rates(run),
         )
