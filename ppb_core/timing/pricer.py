@@ -1109,6 +1109,10 @@ class TimeModel:
                     activations_swizzled=run.framework_release.holds("te_mxfp8_activations_swizzled"),
                     sp_ops=(self._te_gathered, self._te_scattered),
                     mxfp8_userbuffers=self._fp8_recipe == "mxfp8" and self._userbuffers_on(),
+                    # TE before v1.11 copies each FP8 module's scale-inverses every forward (`SCALE_INV_CLONE`)
+                    scale_inv_clone=self._fp8_recipe is not None
+                    and run.timing.transformer_impl == "transformer_engine"
+                    and not run.framework_release.holds("te_fp8_scale_inv_with_data"),
                     # per-tensor FP8 on Hopper: the transposes after TE's SP all-gathers (`_te_sp_ops`)
                     sp_transposes=(self._te_gathered, self._te_scattered)
                     if self._fp8_recipe in PER_TENSOR_RECIPES and 9.0 <= self.device.compute_capability < 10.0
