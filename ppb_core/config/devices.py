@@ -43,6 +43,9 @@ Achieved fractions are measured, not datasheet figures:
   NVLink domain, by group size, where measured (nccl-tests in NVIDIA's aiconfigurator; `NCCL_GATHER_SHARES_*`):
   it grows with the group (8 B200: 0.683, 2: 0.473). Empty: `comm_efficiency`. All-reduce (NVLink SHARP),
   all-to-all, point-to-point and rings that leave the node keep `comm_efficiency`.
+- `nccl_small_all_reduce_us`: a few hundred bytes all-reduced inside one NVLink domain, by group size, where
+  measured (the same collection; `NCCL_SMALL_ALL_REDUCE_US_*`: 8 H100 15.6 us): delayed scaling's amax
+  reductions (`ppb_core.timing.fp8_amax`). Empty: 2(g-1) steps of `collective_latency_us`.
 - `nic_efficiency`: the same over a scale-out NIC (0: `comm_efficiency`): NCCL's maintainers expect
   "46-48GB/s per NIC" from 400 Gb/s NDR InfiniBand in a ring (NVIDIA/nccl-tests issue #290, March
   2025): 0.94 of 50 GB/s on the NDR systems below.
@@ -392,6 +395,10 @@ class DeviceProfile:
     # (group size, share) pairs, sizes ascending: NCCL's all-gather / reduce-scatter bus bandwidth over
     # `intra_node_bandwidth_gbs` inside one NVLink domain (`gather_share`); (): `comm_efficiency`
     nccl_gather_shares: tuple[tuple[int, float], ...] = ()
+    # A few hundred bytes all-reduced inside one NVLink domain, by group size, in microseconds, where measured
+    # (nccl-tests in NVIDIA's aiconfigurator; `NCCL_SMALL_ALL_REDUCE_US_*`): delayed scaling's amax reductions
+    # (`ppb_core.timing.fp8_amax`); () : ppb's scalar rule, 2(g-1) steps of `collective_latency_us`.
+    nccl_small_all_reduce_us: tuple[tuple[int, float], ...] = ()
     # How a node's devices reach each other: 0, through a switch (NVSwitch), each device reaching any
     # peer at its whole intra-node bandwidth; n, a full mesh of n point-to-point links a device (Ascend
     # 910B's 7 HCCS links), one link to each peer carrying 1/n of it, so a group of k ranks in the node
@@ -506,6 +513,13 @@ NCCL_GATHER_SHARES_B200 = ((2, 0.473), (4, 0.622), (8, 0.683))
 NCCL_GATHER_SHARES_B300 = ((2, 0.478), (4, 0.628), (8, 0.686))
 NCCL_GATHER_SHARES_GB200 = ((2, 0.470), (4, 0.618), (8, 0.683))
 NCCL_GATHER_SHARES_GB300 = ((2, 0.480), (4, 0.626), (8, 0.686))
+# `DeviceProfile.nccl_small_all_reduce_us`: the same collection's all_reduce_perf (NCCL 2.29.2, `-d half`, the
+# tuner's own algorithm and protocol) at its smallest message, 256 half elements (512 B; flat to 4096 elements
+# within 1 us): H100 SXM g2 6.18, g4 9.46, g8 15.59 us; B200 g2 10.26, g4 15.09, g8 25.09 us. ppb's scalar rule
+# (`reporting.scalar_all_reduce_seconds`: 2(g-1) steps of 5 us, for Megatron CI's NCCL_ALGO=Ring cases) gives
+# 10, 30, 70 us.
+NCCL_SMALL_ALL_REDUCE_US_H100 = ((2, 6.18), (4, 9.46), (8, 15.59))
+NCCL_SMALL_ALL_REDUCE_US_B200 = ((2, 10.26), (4, 15.09), (8, 25.09))
 
 
 def measured_share(shares: tuple[tuple[int, float], ...], size: int) -> float:
@@ -581,6 +595,7 @@ DEVICE_CATALOG: dict[str, DeviceProfile] = {
         eager_memory_efficiency=EAGER_MEMORY_EFFICIENCY_H100,
         standard_attention_measured=True,
         nccl_gather_shares=NCCL_GATHER_SHARES_H100,
+        nccl_small_all_reduce_us=NCCL_SMALL_ALL_REDUCE_US_H100,
     ),
     # NVIDIA H200 Tensor Core GPU datasheet, SXM: 141GB HBM3e (143771 MiB in nvidia-smi), 989 TFLOPS
     # BF16 dense, 4.8 TB/s; NVLink 4 900 GB/s bidirectional; DGX H200: 400 Gb/s per GPU. The same
@@ -665,6 +680,7 @@ DEVICE_CATALOG: dict[str, DeviceProfile] = {
         host_kernel_us=HOST_KERNEL_US_DGX_B200,
         host_boost_ghz=4.0,
         nccl_gather_shares=NCCL_GATHER_SHARES_B200,
+        nccl_small_all_reduce_us=NCCL_SMALL_ALL_REDUCE_US_B200,
     ),
     # NVIDIA GB200 (one of a Grace Blackwell superchip's two GPUs, as in an NVL72 rack's 4-GPU compute
     # trays, Megatron CI's dgx_gb200): the B200's sm_100 GPU run faster. ml-engineering's tables

@@ -15,8 +15,11 @@ compute stream waiting for NCCL) and runs the fused amax-history and scale updat
 (quantization.py `add_fp8_tensors_to_global_buffer`, v2.9: "delayed scaling only function"); current scaling
 and MXFP8 reduce nothing there (their per-quantizer TP reductions: `flops._te_amax_reduction`).
 
-Priced: the all-reduce's latency, a few bytes over the stage's tp·cp·dp ranks
-(`reporting.scalar_all_reduce_seconds`), added to each cell's forward and backward that holds FP8 GEMMs.
+Priced: the all-reduce's latency, a few hundred bytes over the stage's tp·cp·dp ranks, added to each cell's
+forward and backward that holds FP8 GEMMs: inside the node nccl-tests' measured latency for the group size
+(`DeviceProfile.nccl_small_all_reduce_us`, NCCL's tuner choosing the algorithm, as NeMo's recipes leave it;
+linear in the ring's steps past the largest group measured), else the scalar rule's 2(g−1) steps; across nodes
+the rule's 2·⌈log2 nodes⌉ tree steps at the inter-node latency too (`reporting.scalar_all_reduce_seconds`).
 Not priced: the concatenation and the update (two small kernels, a few kilobytes), the reduction of a chunk
 rerun under full recompute (TE's checkpoint re-enters the autocast), and any wait for a slower rank of the
 group, which the all-reduce makes every rank of it share.
@@ -24,9 +27,11 @@ group, which the all-reduce makes every rank of it share.
 
 from __future__ import annotations
 
+import math
+
+from ppb_core.config.devices import measured_share
 from ppb_core.config.run import RunConfig
 from ppb_core.timing.comm import Group, Links
-from ppb_core.timing.reporting import scalar_all_reduce_seconds
 
 REDUCTIONS_PER_CHUNK = 2  # the autocast's exit (forward) and the first module's backward
 
@@ -52,8 +57,28 @@ def amax_group(run: RunConfig) -> Group:
     return Group(size, size)
 
 
+def in_node_all_reduce_s(local: int, links: Links, measured: tuple[tuple[int, float], ...]) -> float:
+    """A few hundred bytes all-reduced over *local* ranks of one NVLink domain: *measured* (group size, us)
+    where it covers the size (linear between two sizes), past its largest size that latency per ring step
+    (2(g−1) of them), without a measurement the scalar rule's 2(g−1) steps of the catalog's latency."""
+    if local <= 1:
+        return 0.0
+    if not measured:
+        return 2 * (local - 1) * links.latency_s
+    largest, largest_us = measured[-1]
+    if local <= largest:
+        return measured_share(measured, local) * 1e-6
+    return largest_us * (local - 1) / (largest - 1) * 1e-6
+
+
 def amax_reduction_seconds(run: RunConfig, links: Links) -> float:
     """One reduction's all-reduce, on the compute stream (module docstring); 0 where the run reduces none."""
     if not delayed_amax_reductions(run):
         return 0.0
-    return scalar_all_reduce_seconds(amax_group(run), links)
+    group = amax_group(run)
+    if group.size <= 1:
+        return 0.0
+    local = links.in_node(group)
+    nodes = math.ceil(group.size / local)
+    across = 2 * math.ceil(math.log2(nodes)) * (links.latency_s + links.inter_node_latency_s) if nodes > 1 else 0.0
+    return in_node_all_reduce_s(local, links, run.device.profile().nccl_small_all_reduce_us) + across
