@@ -15,8 +15,10 @@ the recipe as written, chosen before pricing; the weak-scaling points beside it 
 Releases (`framework_release`): docs.nvidia.com/nemo-framework/user-guide/24.09/softwarecomponentversions.html:
 24.09 = PyTorch 2.4.0a0, Megatron Core 0.9.0, Transformer Engine 1.10; 24.05 = PyTorch 2.3.0a0, Megatron Core
 0.7.0, Transformer Engine 1.6.0.dev0. 24.12 is NeMo 2.1.0, whose Dockerfile.ci (NVIDIA/NeMo v2.1.0) pins
-core_r0.10.0; its TE and PyTorch are unstated in anything reachable here, taken as 24.09's (no ppb release rule
-moves between TE 1.10 and 1.13 or PyTorch 2.4 and 2.5: ppb_core/config/releases.py's gates are all later).
+core_r0.10.0; its TE and PyTorch are unstated in anything reachable here, taken as 24.09's. One ppb release rule
+moves between TE 1.10 and 1.13 (ppb_core/config/releases.py `te_fp8_scale_inv_with_data`, v1.11: the FP8 modules'
+scale-inverse copy each forward); v2.1.0's Dockerfile.ci builds TE 7d576ed25 (2024-06-13), which still copies it;
+none moves between PyTorch 2.4 and 2.5.
 
 The NeMo 2 recipes (`nemo2_dgxc_rows`, a second group): v25.04.02 (0efdb235ac) llama3.1/README.md's H100 tables
 (nemo:25.02.01; setup.sh checks out NVIDIA/NeMo d2b21556f2, 2025-03-20, and copies the tag's pretrain_llama31.py /

@@ -472,6 +472,7 @@ def layer_launches(
     sp_ops: tuple[set[str], set[str]] = (set(), set()),
     mxfp8_userbuffers: bool = False,
     scale_inv_clone: bool = False,
+    late_transposes: frozenset[str] | set[str] = frozenset(),
 ) -> dict[str, tuple[float, float]]:
     """{op name: (forward, backward) launches} of a layer's ops, with the NaN fills' kernels where
     *fills* (`nan_fill.deterministic_fill_bytes`) names them, and FP8 training's quantization kernels
@@ -485,7 +486,8 @@ def layer_launches(
     with GEMM-swizzled scales (TE v2.12 on, `mxfp8_swizzles`), but for *sp_ops* (ops fed by a TP all-gather,
     ops whose output gradient is all-gathered); *mxfp8_userbuffers*: MXFP8 under Megatron's --tp-comm-overlap,
     where an op whose output gradient is all-gathered quantizes it twice, a Python call each (`ub_requantize`);
-    *scale_inv_clone*: as `op_launches`."""
+    *scale_inv_clone*: as `op_launches`; *late_transposes*: the ops whose backward transposes their saved FP8
+    input, a kernel of its own (TE before v2.0, a row-parallel Linear under SP: `TimeModel._late_transpose`)."""
     mla = any(op.name.rsplit(".", 1)[-1] == "kv_up" for op in ops)
     fed = norm_fed(ops) if fp8_recipe is not None else set()
     counts = {}
@@ -513,6 +515,9 @@ def layer_launches(
             forward, backward = op.sequential * forward, op.sequential * backward
         if plain_share != 1.0 and plain(op, rope_fusion):  # counted in TE-module launches' worth
             forward, backward = plain_share * forward, plain_share * backward
+        if op.name in late_transposes and op.gemm is not None:  # `tex.fp8_transpose` of the saved input
+            _, _, n, _, fused = op.gemm
+            backward += n / fused
         if sp_transposes is not None:
             backward += sp_transpose_launches(op, op.name in sp_transposes[0], op.name in sp_transposes[1])
             if fp8_recipe == "delayed" and op.name in fed and op.name not in sp_transposes[0]:

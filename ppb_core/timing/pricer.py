@@ -383,6 +383,13 @@ class TimeModel:
         # all-gather, and those whose output gradient's shard they quantize before its gather (`_te_sp_ops`)
         self._te_gathered: set[str] = set()
         self._te_scattered: set[str] = set()
+        # TE before v2.0 under SP: a row-parallel Linear casts its input alone forward and transposes the saved FP8
+        # copy backward (`releases.CHANGES["te_fp8_input_transposed_in_forward"]`; `_cast_bytes`)
+        self._te_late_transpose = (
+            framework == "megatron"
+            and run.timing.transformer_impl == "transformer_engine"
+            and not run.framework_release.holds("te_fp8_input_transposed_in_forward")
+        )
         self._fp8_weight_bytes = float8_weight_cast_bytes(run)
         self._configured = {name: normalized(run.switches(name)) for name in run.model_names}
         self._prices: dict[tuple[str, LayerKind], dict[str, OpPrice]] = {}
@@ -518,13 +525,35 @@ class TimeModel:
             return quantize / self.run.parallel.tp + 2.0 * transpose
         if not gradient and op.name in self._te_gathered:  # its transpose in the backward (`_te_sp_transpose_bytes`)
             return share * quantize / self.run.parallel.tp
+        if not gradient and self._late_transpose(op):  # TE before v2.0: the transpose in the backward
+            return share * quantize
         return share * (quantize + transpose)
+
+    def _late_transpose(self, op: Op) -> bool:
+        """Whether a per-tensor FP8 GEMM op on Hopper transposes its saved input in the backward, as TE before
+        v2.0 did for a row-parallel Linear under SP (v1.10 linear.py `_Linear.forward`: `cast_to_fp8` unless
+        `not sequence_parallel`; `_Linear.backward`: `tex.fp8_transpose(inputmat_total, ...)`), where the newer
+        code's forward cast-transpose writes both copies in one kernel."""
+        return (
+            self._te_late_transpose
+            and op.gemm is not None
+            and op.gemm[3] == 1
+            and not op.sequential
+            and self._fp8_recipe in PER_TENSOR_RECIPES
+            and op.name in self._te_scattered
+            and op.name not in self._te_gathered
+            and op.name not in self._norm_fed
+            and 9.0 <= self.device.compute_capability < 10.0
+        )
 
     def _te_sp_transpose_bytes(self, op: Op) -> float:
         """HBM bytes per input element of the transpose a per-tensor FP8 GEMM fed by TE's FP8 all-gather
         makes on Hopper in its backward (`_cast_bytes`): layernorm_linear.py `_LayerNormLinear.backward`
         (v2.9) re-gathers the saved FP8 shard row-wise and calls `update_usage(columnwise_usage=True)`
         for the weight gradient, an FP8 transpose (read and write a byte) of its share of the rows."""
+        if op.gemm is not None and op.fp8 and self._late_transpose(op):  # TE before v2.0 (`_late_transpose`)
+            _, _, n, _, fused = op.gemm
+            return 2.0 * n / fused
         if op.name not in self._te_gathered or self._fp8_recipe not in PER_TENSOR_RECIPES or op.gemm is None:
             return 0.0
         if not 9.0 <= self.device.compute_capability < 10.0:
@@ -1110,6 +1139,7 @@ class TimeModel:
                     sp_ops=(self._te_gathered, self._te_scattered),
                     mxfp8_userbuffers=self._fp8_recipe == "mxfp8" and self._userbuffers_on(),
                     # TE before v1.11 copies each FP8 module's scale-inverses every forward (`SCALE_INV_CLONE`)
+                    late_transposes={op.name for op in ops if op.fp8 and self._late_transpose(op)},
                     scale_inv_clone=self._fp8_recipe is not None
                     and run.timing.transformer_impl == "transformer_engine"
                     and not run.framework_release.holds("te_fp8_scale_inv_with_data"),
