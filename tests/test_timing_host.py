@@ -230,3 +230,37 @@ def test_a_rerun_that_synchronizes_waits_in_the_backward():
     # host's 12 launches (18 s): no excess beyond it
     waits = layer_host_waits(ops, forward, launches, rerun, (7.0, 18.0, 2.0), 1.5, None, True, backward_s=backward)
     assert waits.backward == pytest.approx(2.0)
+
+
+def test_a_rerun_dispatch_waits_over_the_backward_not_the_next_layer():
+    # Megatron's `moe` module reruns the router, the allgather dispatcher and the experts, not the attention
+    # (CheckpointFunction.backward, d98e8a64). 1 a launch. Forward launches and seconds: attention (1, a), router
+    # (1, 0.5), the map's gather (1, 0.5), permutation (1, 0.5), experts (2, 1), unpermutation (1, 0.5); backward:
+    # attention (2, 2), router (1, 0.5), gather (0, 0), permutation (1, 0.5), experts (2, 2), unpermutation (1, 0.5).
+    # The rerun's wait: the permutation alone from an idle GPU (launched at 1, reached at 0: 1), then from idle
+    # again the experts, unpermutation, the backward's unpermutation, experts, permutation, router, attention, the
+    # previous layer's router and gather: launch k at k against 0, .5, 1, 1.5, 2, 3, 4, 4.5, 5, 6, 7, 7.5: the
+    # 12th waits 12 − 7.5 = 4.5. Together 5.5; the 13 launches (7 own, 6 rerun) against 5.5 + 3 of GPU work and
+    # that 5.5: nothing more. The attention's forward seconds a are not in it.
+    ops = [
+        Op("attention.qkv", "attention", "matmul", gemm=(8, 4, 4)),
+        Op("moe.router", "moe", "memory"),
+        Op("moe.dispatch_map", "moe", COMM),
+        Op("moe.permute", "moe", "memory"),
+        Op("moe.experts_in", "moe", "matmul", gemm=(8, 4, 4, 2, 4)),
+        Op("moe.unpermute", "moe", "memory"),
+    ]
+    launches = {"attention.qkv": (1.0, 2.0), "moe.router": (1.0, 1.0), "moe.dispatch_map": (1.0, 0.0),
+                "moe.permute": (1.0, 1.0), "moe.experts_in": (2.0, 2.0), "moe.unpermute": (1.0, 1.0)}  # fmt: skip
+    backward = {"attention.qkv": 2.0, "moe.router": 0.5, "moe.dispatch_map": 0.0, "moe.permute": 0.5,
+                "moe.experts_in": 2.0, "moe.unpermute": 0.5}  # fmt: skip
+    rerun = [op.name for op in ops[1:]]
+    for attention_s in (0.5, 2.0):
+        forward = {"attention.qkv": attention_s, "moe.router": 0.5, "moe.dispatch_map": 0.5, "moe.permute": 0.5,
+                   "moe.experts_in": 1.0, "moe.unpermute": 0.5}  # fmt: skip
+        device = (sum(forward.values()), 5.5, 3.0)
+        waits = layer_host_waits(ops, forward, launches, rerun, device, 1.0, "allgather", True, backward_s=backward)
+        assert waits.backward == pytest.approx(5.5)
+    # the forward's own wait does depend on it (wrapped over the next layer's attention): at a = 2 the second
+    # piece's launches at 1 … 6 against 0, .5, 1, 1.5, 3.5, 4: 2.5 (at a = 0.5: 6 − 2.5 = 3.5), and 1 before it
+    assert waits.forward == pytest.approx(1.0 + 2.5)
