@@ -313,17 +313,13 @@ def layer_host_waits(
     # launches: `rerun_dispatch_wait_s`): the host's launches, the rerun's all of them, are then set against
     # the GPU's work and that idle time, so a rerun dispatch never costs less than a rerun that stops short
     # of it.
-    redispatch = dispatcher is not None and any(
-        name.endswith("permute") and not name.endswith("unpermute") for name in rerun
-    )
-    # a rerun dispatch's pieces end at every synchronizing op it replays too (`dispatcher_waits`)
-    again = (
-        rerun_dispatch_wait_s(
+    if dispatcher and any(name.endswith("permute") and not name.endswith("unpermute") for name in rerun):
+        # a rerun dispatch's pieces end at every synchronizing op it replays too (`dispatcher_waits`)
+        again = rerun_dispatch_wait_s(
             ops, rerun, forward_s, backward_s or {}, launches, launch_s, dispatcher, dropless, copy_after_permute
         )
-        if redispatch
-        else rerun_sync_wait_s(ops, rerun, forward_s, backward_s or {}, launches, launch_s)
-    )
+    else:
+        again = rerun_sync_wait_s(ops, rerun, forward_s, backward_s or {}, launches, launch_s)
     backward = again + host_excess_s(device_s[1] + device_s[2] + again, launched_backward + launched_again, launch_s)
     return HostWaits(
         forward, backward, hidden, launched_forward * launch_s, (launched_backward + launched_again) * launch_s
