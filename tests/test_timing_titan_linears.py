@@ -97,7 +97,7 @@ def test_the_op_policy_reruns_wk_and_w3_at_their_own_widths():
     # torchtitan's per-op SAC saves every second mm in forward order (wq, wv, w1, w2): the rerun holds
     # wk of qk_proj (256 of 1280 columns) and w3 of mlp_in (2816 of 5632), each its own GEMM
     model = _model("torchtitan")
-    body, ops = _gemms(model)
+    body, _ = _gemms(model)
     rerun = {op.name: op for op in op_policy_rerun(model.ops(body), body.kind, model._geometry)}
     assert rerun["qk_proj"].linears == (256,)
     assert rerun["mlp_in"].linears == (2816,)
