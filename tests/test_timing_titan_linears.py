@@ -19,14 +19,14 @@ from ppb_core.timing.pricer import TimeModel
 SM_FLOPS = 100e12 * 0.5 / 64
 
 
-def _model(framework: str, tp: int = 1) -> TimeModel:
+def _model(framework: str, tp: int = 1, device: dict | None = None) -> TimeModel:
     titan = framework == "torchtitan"
     raw = {
         "framework": framework,
         "models": [{"name": "llm", "spec": dict(SMALL_GQA)}],
         "parallel": {"dp": 2, "tp": tp, "sequence_parallel": tp > 1, **({"zero": 3, "fsdp": True} if titan else {})},
         "training": {"seq_length": 2048, "micro_batch_size": 1},
-        "device": ROUND_DEVICE,
+        "device": device or ROUND_DEVICE,
         "timing": {"torch_compile": True} if titan else {},
     }
     return TimeModel(parse_run_config(raw))
@@ -104,3 +104,20 @@ def test_the_op_policy_reruns_wk_and_w3_at_their_own_widths():
     assert "v_proj" not in rerun
     narrow = 2 * 128 * 64 * 1024 / (SM_FLOPS * 2 / 3)
     assert model._phase_s(rerun["qk_proj"], "forward") == pytest.approx(narrow, rel=1e-9)
+
+
+def test_each_separate_linear_reads_the_whole_input_at_its_hbm_floor():
+    # ROUND_DEVICE at 100 GB/s of HBM (50 GB/s at memory_efficiency 0.5): each linear reads the 2048 × 1024
+    # bf16 input and its weight and writes its output. wq: (2048·1024 + 1024·1024 + 2048·1024)·2 =
+    # 10,485,760 B, 209.72 us (its tiles 85.90 us); wk and wv: (2048·1024 + 1024·256 + 2048·256)·2 =
+    # 5,767,168 B, 115.34 us (tiles 32.21 us). Megatron's qk_proj, its 1280 of the fused GEMM: one read of
+    # the input, (2048·1024 + 1024·1280 + 2048·1280)·2 = 12,058,624 B, 241.17 us.
+    slow = {**ROUND_DEVICE, "hbm_bandwidth_gbs": 100.0}
+    model = _model("torchtitan", device=slow)
+    _, ops = _gemms(model)
+    wq, wk = 10_485_760 / 50e9, 5_767_168 / 50e9
+    assert model._phase_s(ops["qk_proj"], "forward") == pytest.approx(wq + wk, rel=1e-9)
+    assert model._phase_s(ops["v_proj"], "forward") == pytest.approx(wk, rel=1e-9)
+    megatron = _model("megatron", device=slow)
+    _, fused = _gemms(megatron)
+    assert megatron._phase_s(fused["qk_proj"], "forward") == pytest.approx(12_058_624 / 50e9, rel=1e-9)

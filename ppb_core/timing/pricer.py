@@ -614,13 +614,15 @@ class TimeModel:
                 seconds += kernels.elementwise_s(legacy, None, backward=backward, strided=True)
         return seconds if phase in ("forward", "backward") else seconds / 2
 
-    @staticmethod
-    def _gemm_pass_s(op: Op, kernels: Kernels, phase: str, rows: float, groups: int, out: float) -> float:
+    def _gemm_pass_s(self, op: Op, kernels: Kernels, phase: str, rows: float, groups: int, out: float) -> float:
         """Seconds of a matmul op's GEMM kernels in one pass over *rows* rows a group: the forward (rows × k by
         k × n), the input gradient ("dgrad": rows × n by n × k) or the weight gradient ("wgrad": k × rows by
-        rows × n). Where the framework runs the op's columns as separate linears (`Op.linears`: torchtitan's
-        wq, wk, wv, w1, w3) each is its own GEMM at its own width, with its own waves and fixed time; else the
-        op's share n / fused n of the one GEMM it is part of (Megatron's linear_qkv, linear_fc1)."""
+        rows × n), *out* bytes an output element. Where the framework runs the op's columns as separate
+        linears (`Op.linears`: torchtitan's wq, wk, wv, w1, w3) each is its own GEMM at its own width, with its
+        own waves and fixed time, and its own HBM floor (`Kernels.gemm_s`): each reads the whole input (a
+        narrow one, wk or wv at n = 128 under TP 8, moves ~2 bytes of input per 2·n FLOPs, below Hopper's
+        ridge); else the op's share n / fused n of the one GEMM it is part of (Megatron's linear_qkv,
+        linear_fc1), its bytes the op's (`_phase_s`)."""
         assert op.gemm is not None
         _, k, n, _, fused = op.gemm
         shapes = {
@@ -628,9 +630,15 @@ class TimeModel:
             "dgrad": lambda width: (rows, k, width),
             "wgrad": lambda width: (k, width, rows),
         }[phase]
-        if op.linears:
-            return sum(kernels.gemm_compute_s(*shapes(width), groups, out) for width in op.linears)
-        return n / fused * kernels.gemm_compute_s(*shapes(fused), groups, out)
+        if not op.linears:
+            return n / fused * kernels.gemm_compute_s(*shapes(fused), groups, out)
+        operand = 1.0 if self.run.timing.matmul_dtype == "fp8" and op.fp8 else self.run.training.dtype_bytes
+        seconds = 0.0
+        for width in op.linears:
+            a, b, inner = shapes(width)
+            traffic = groups * ((a + b) * inner * operand + a * b * out)  # two operands read, the output written
+            seconds += max(kernels.gemm_compute_s(a, b, inner, groups, out), kernels.memory_s(traffic))
+        return seconds
 
     def _quantize_s(self, traffic: float, kernels: Kernels) -> float:
         """Seconds of an FP8 GEMM operand's quantization (`_cast_bytes`'s HBM bytes): TransformerEngine's
