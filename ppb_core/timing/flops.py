@@ -536,7 +536,8 @@ def _separate_linears(geo: OpGeometry, *widths: float) -> tuple[float, ...]:
     its own GEMM at its per-rank width. Compiled, they stay separate `mm`s: Inductor batches linears only
     under `pre_grad_fusion_options` / `post_grad_fusion_options` (`batch_linear`), empty by default (torch
     2.6.0 and 2.13 torch/_inductor/config.py), which torchtitan does not set. (): another framework's one
-    fused GEMM (Megatron's linear_qkv, linear_fc1)."""
+    fused GEMM (Megatron's linear_qkv, linear_fc1). Not modelled: torchtitan main's one `wqkv` linear
+    (`FusedQKVLinear`, the default for Llama 3 from 3396a4b37, 2026-06-24), after every published run."""
     return tuple(widths) if geo.framework == "torchtitan" else ()
 
 
