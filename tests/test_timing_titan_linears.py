@@ -19,7 +19,7 @@ from ppb_core.timing.pricer import TimeModel
 SM_FLOPS = 100e12 * 0.5 / 64
 
 
-def _model(framework: str, tp: int = 1, device: dict | None = None) -> TimeModel:
+def _model(framework: str, tp: int = 1, device: dict | None = None, timing: dict | None = None) -> TimeModel:
     titan = framework == "torchtitan"
     raw = {
         "framework": framework,
@@ -27,7 +27,7 @@ def _model(framework: str, tp: int = 1, device: dict | None = None) -> TimeModel
         "parallel": {"dp": 2, "tp": tp, "sequence_parallel": tp > 1, **({"zero": 3, "fsdp": True} if titan else {})},
         "training": {"seq_length": 2048, "micro_batch_size": 1},
         "device": device or ROUND_DEVICE,
-        "timing": {"torch_compile": True} if titan else {},
+        "timing": {**({"torch_compile": True} if titan else {}), **(timing or {})},
     }
     return TimeModel(parse_run_config(raw))
 
@@ -121,3 +121,15 @@ def test_each_separate_linear_reads_the_whole_input_at_its_hbm_floor():
     megatron = _model("megatron", device=slow)
     _, fused = _gemms(megatron)
     assert megatron._phase_s(fused["qk_proj"], "forward") == pytest.approx(12_058_624 / 50e9, rel=1e-9)
+
+
+def test_float8_linears_read_their_operands_at_a_byte():
+    # torchao's Float8Linear casts the input and the weight before `torch._scaled_mm` (the casts priced
+    # apart, `_titan_cast_bytes`): the GEMM reads fp8 operands and writes bf16. At 50 GB/s: wq
+    # (2048·1024 + 1024·1024)·1 + 2048·1024·2 = 7,340,032 B; wk 2304·1024·1 + 2048·256·2 = 3,407,872 B.
+    slow = {**ROUND_DEVICE, "hbm_bandwidth_gbs": 100.0}
+    model = _model("torchtitan", device=slow, timing={"matmul_dtype": "fp8", "fp8_recipe": "tensorwise"})
+    _, ops = _gemms(model)
+    qk = ops["qk_proj"]
+    seconds = model._gemm_pass_s(qk, model._gemm_kernels(qk), "forward", 2048, 1, 2)
+    assert seconds == pytest.approx((7_340_032 + 3_407_872) / 50e9, rel=1e-9)

@@ -577,17 +577,18 @@ class TimeModel:
                 compute = each * c * self._gemm_pass_s(op, kernels, "forward", m / c, groups, out) + rounds
                 weight_cast = self._weight_cast_bytes + (self._fp8_weight_bytes if op.fp8 else 0)
                 cast_bytes = weight_cast * op.weight_elements
+                # separate linears: each GEMM at its own bytes (`_gemm_pass_s`), FP8 operands at a byte
                 moved = (
                     kernels.score_memory_s(op.bytes, op.score_keys, False, op.score_head_dim)
                     if op.score_keys
-                    else kernels.memory_s(op.bytes)
+                    else kernels.memory_s(0.0 if op.linears else op.bytes)
                 )
                 quantized = self._quantize_s(cast * m * k * groups * each, kernels)
                 return max(compute, moved) + kernels.memory_s(cast_bytes + side_forward) + quantized
             half = (
                 kernels.score_memory_s(op.backward_bytes / 2, op.score_keys, True, op.score_head_dim)
                 if op.score_keys
-                else kernels.memory_s(op.backward_bytes / 2)
+                else kernels.memory_s(0.0 if op.linears else op.backward_bytes / 2)
             )
             c = tp if "dgrad" in chunks else 1
             dgrad = max(each * c * self._gemm_pass_s(op, kernels, "dgrad", m / c, groups, out) + rounds, half)
