@@ -45,7 +45,11 @@ Achieved fractions are measured, not datasheet figures:
   all-to-all, point-to-point and rings that leave the node keep `comm_efficiency`.
 - `nic_efficiency`: the same over a scale-out NIC (0: `comm_efficiency`): NCCL's maintainers expect
   "46-48GB/s per NIC" from 400 Gb/s NDR InfiniBand in a ring (NVIDIA/nccl-tests issue #290, March
-  2025): 0.94 of 50 GB/s on the NDR systems below.
+  2025): 0.94 of 50 GB/s on the NDR systems below. 200 Gb/s HDR (DGX A100): 0.96 of 25 GB/s, NVIDIA's
+  nccl-tests all_reduce figures in its GTC 2024 talk S62129 ("Collective Communication Bandwidth", the slide
+  stas00/ml-engineering network/benchmarks/README.md at 744d01e reproduces): one 200 Gb RDMA NIC 24 GB/s,
+  DGX A100 nodes with eight 192 GB/s; nccl-tests issue #119 (2022, 3 nodes of 8 A100 SXM4, 4 HDR NICs a
+  node) peaks at 96 of the 100 GB/s.
 - `memory_efficiency`: the share of HBM bandwidth element-wise kernels reach (0.8; a stream copy
   reaches ~0.9, fused norms and activations less). An assumption, stated.
 - `eager_memory_efficiency`: the same for PyTorch's eager element-wise and reduction kernels, one aten
@@ -551,6 +555,9 @@ DEVICE_CATALOG: dict[str, DeviceProfile] = {
         host_boost_ghz=3.4,
         host_link_gbs=HOST_LINK_GBS_GEN4,
         eager_memory_efficiency=EAGER_MEMORY_EFFICIENCY_A100,
+        # HDR InfiniBand at NCCL's measured 24 of 25 GB/s (module docstring, `nic_efficiency`): until session
+        # 30 unset, so NVLink's 0.8 (`comm_efficiency`), 20 GB/s a NIC
+        nic_efficiency=0.96,
         # NCCL on eight A100 SXM behind NVSwitch runs its collectives over 24 channels, one thread
         # block (SM) each ("Channel 23/24" in the NCCL log of NVIDIA/nccl-tests issue #100, HGX A100
         # 80GB, Dec 2021): the SMs a collective takes from the GEMM it hides behind.
