@@ -16,6 +16,7 @@ device's matmul FLOPs; model FLOPs per iteration (Megatron-LM's count) are in `m
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
@@ -142,6 +143,11 @@ class Op:
     # wider GEMM (Megatron's fused QKV projection), *fused n* is that GEMM's width and the op costs
     # its share n / fused n of it.
     gemm: tuple[float, float, float, int, float] | None = None
+    # Where the framework runs this op's columns as separate linears, each its own GEMM forward, dgrad and
+    # wgrad at its own width (torchtitan's wq and wk in `qk_proj`, wv in `v_proj`, w1 and w3 in `mlp_in`:
+    # model.py `Attention` and `FeedForward`, three and two `nn.Linear`s): those widths, summing to n, priced
+    # each at its own waves and fixed time (`TimingPricer._gemm_pass_s`); (): one GEMM (its share of the fused).
+    linears: tuple[float, ...] = ()
     # A flash-attention kernel: ((sequence, head) pairs, queries per sequence, mean keys per query,
     # head size of the scores, 1 under the causal mask else 0).
     attention: tuple[float, float, float, float, float] | None = None
@@ -492,10 +498,12 @@ def _matmul(
     side_bytes: tuple[float, float] = (0.0, 0.0),
     fp8: bool = True,
     norm_input: bool = False,
+    linears: tuple[float, ...] = (),
 ) -> Op:
     """rows×k by k×n: 2·rows·k·n FLOPs, reading both operands and writing the result; the backward
     runs two such products (input and weight gradients). *groups* splits the rows over that many
-    products with their own weights (a grouped GEMM over experts). *norm_input*: `Op.norm_input`."""
+    products with their own weights (a grouped GEMM over experts). *norm_input*: `Op.norm_input`;
+    *linears*: `Op.linears`."""
     flops = 2 * rows * k * n
     traffic = (rows * k + (k * n if weights is None else weights) + rows * n) * bc
     return Op(
@@ -514,7 +522,23 @@ def _matmul(
         weight_elements=k * n * groups if weights is None else weights,
         fp8=fp8,
         norm_input=norm_input,
+        linears=linears,
     )
+
+
+def _separate_linears(geo: OpGeometry, *widths: float) -> tuple[float, ...]:
+    """The widths of the separate linears torchtitan runs where ppb's op holds several (`Op.linears`):
+    its Llama `Attention` builds wq, wk and wv as three `nn.Linear` and calls them one after another
+    (`xq, xk, xv = self.wq(x), self.wk(x), self.wv(x)`), its `FeedForward` w1 and w3 as two
+    (`self.w2(F.silu(self.w1(x)) * self.w3(x))`): torchtitan/models/llama/model.py at 9dec370 (the
+    December 2024 rows) and 1ea476e9f, torchtitan/models/llama3/model.py at 820504e and e7c0cae. Under
+    tensor parallelism each is its own `ColwiseParallel` (parallelize_llama.py `apply_tp`), so each keeps
+    its own GEMM at its per-rank width. Compiled, they stay separate `mm`s: Inductor batches linears only
+    under `pre_grad_fusion_options` / `post_grad_fusion_options` (`batch_linear`), empty by default (torch
+    2.6.0 and 2.13 torch/_inductor/config.py), which torchtitan does not set. (): another framework's one
+    fused GEMM (Megatron's linear_qkv, linear_fc1). Not modelled: torchtitan main's one `wqkv` linear
+    (`FusedQKVLinear`, the default for Llama 3 from 3396a4b37, 2026-06-24), after every published run."""
+    return tuple(widths) if geo.framework == "torchtitan" else ()
 
 
 def _shared_input_sums(geo: OpGeometry, rows: float, width: float, linears: int = 2) -> tuple[float, float]:
@@ -1031,6 +1055,7 @@ def _projections(kind: BodyKind, geo: OpGeometry, p: str, norm: str) -> tuple[li
                 inputs=(source,),
                 fused_n=qkv,
                 norm_input=True,
+                linears=_separate_linears(geo, heads * d, kv * d),
                 # torchtitan's wq and wk: one sum of their input gradients (wv's below)
                 side_bytes=_plus(
                     _bias_passes(geo, att.qkv_bias, n, width, added_after=True), _shared_input_sums(geo, n, h)
@@ -1071,6 +1096,7 @@ def _projections(kind: BodyKind, geo: OpGeometry, p: str, norm: str) -> tuple[li
                 inputs=(source,),
                 fused_n=qkv,
                 norm_input=True,
+                linears=_separate_linears(geo, kv * d),
                 side_bytes=_plus(
                     _bias_passes(geo, att.qkv_bias, n, kv * d, added_after=True), _shared_input_sums(geo, n, h)
                 ),
@@ -1617,6 +1643,7 @@ def _ffn(
             weights=up_weights,
             inputs=(source,),
             groups=groups,
+            linears=_separate_linears(geo, width, width) if gated and not local_experts else (),
             # w1 and w3 (gated) read one input: autograd sums their input gradients under torchtitan
             side_bytes=_plus(
                 _fc1_bias_passes(geo, bias, rows, up_width, gated),
@@ -2934,10 +2961,19 @@ def rerun_ops(ops: Sequence[Op], state: LayerType, switches: Mapping[str, int] |
 
 def scaled(op: Op, share: float) -> Op:
     """*share* of a matmul op: its output columns cut to that share (FLOPs and bytes with them), still
-    priced as its part of the GEMM the framework runs it in."""
+    priced as its part of the GEMM the framework runs it in; of separate linears (`Op.linears`), the last
+    ones whose widths make that share (torchtitan's op policy reruns wk of wq and wk, w3 of w1 and w3:
+    `op_policy_rerun`), else each cut to the share."""
     if share >= 1.0 or op.gemm is None:
         return op
     m, k, n, groups, fused = op.gemm
+    linears = op.linears
+    for first in range(len(linears)):
+        if math.isclose(sum(linears[first:]), n * share, rel_tol=1e-9):
+            linears = linears[first:]
+            break
+    else:
+        linears = tuple(width * share for width in linears)
     return dataclasses.replace(
         op,
         flops=op.flops * share,
@@ -2947,6 +2983,7 @@ def scaled(op: Op, share: float) -> Op:
         gemm=(m, k, n * share, groups, fused),
         side_bytes=(op.side_bytes[0] * share, op.side_bytes[1] * share),
         weight_elements=op.weight_elements * share,
+        linears=linears,
     )
 
 
