@@ -34,7 +34,7 @@ step where DP, PP and VP exceed 1, TE's fused cross-entropy from 6f2c6fdaff on (
 (the recommended csvs' cuda_graphs 0; llama31_auto_configs' default False), the H100 userbuffers configs'
 pipelined proj/fc2 fprop with set_sm_margin True (ppb's default methods), and the B200 FP8 config's ring-exchange
 ones. Releases: each container's NeMo tag's requirements/manifest.json pins (bench/_nemo2.py `_RELEASES`, 25.02
-and 25.04), taken for the .01 patch containers.
+and 25.04; 25.02's TE the PyTorch 25.01 base's 1.14, as v2.2.0 builds none), taken for the .01 patch containers.
 """
 
 from __future__ import annotations
@@ -280,7 +280,8 @@ def nemo2_dgxc_rows() -> list[dict[str, Any]]:
                     "published": f"{seconds:g} s per step",
                     "seconds": seconds,
                     "assumptions": (
-                        "the container's Megatron-LM and TransformerEngine as its NeMo tag's manifest pins",
+                        "the container's Megatron-LM and TransformerEngine as its NeMo tag's manifest pins"
+                        + (" (TE: the PyTorch 25.01 base's 1.14)" if release == "25.02" else ""),
                         *(
                             ("FP8 delayed scaling (bf16_with_fp8_mixed) as ppb's FP8 GEMMs; attention in BF16",)
                             if dtype == "fp8"

@@ -21,7 +21,8 @@ and `trainer` (the distributed optimizer with overlapped gradient reduce and par
 True), recipes/tp_overlap_configs/userbuffers.py (every FP8 config used here: proj_fprop and fc2_fprop as
 ring-exchange, the bulk methods with set_sm_margin False), gpt/model/llama.py and gpt/model/base.py (the models).
 Releases: the Megatron-LM and TransformerEngine commits each tag's requirements/manifest.json pins, taken as its
-container's. Where the table's sizes differ from that release's csv they are taken (they are what ran), as noted.
+container's, but 25.02's TE: v2.2.0's build installs no TE of its own, so the PyTorch 25.01 base's (1.14; `_RELEASES`).
+Where the table's sizes differ from that release's csv they are taken (they are what ran), as noted.
 """
 
 from __future__ import annotations
@@ -35,9 +36,17 @@ NEMO2 = "NeMo 2 performance summaries 25.02 / 25.04 / 25.07 (docs.nvidia.com nem
 
 # requirements/manifest.json "vcs-dependencies" at each tag (megatron-lm, transformer_engine): v2.2.0 791b70e031
 # (2025-02-24) and 7d576ed25 (2024-06-13); v2.3.0 3cdfd613e6 (2025-05-02, in core_v0.12.0) and bee4649c1 (2025-03-18,
-# in v2.2); v2.4.0 03f7793114 (2025-06-27, in core_v0.13.0) and f05f12c97 (2025-06-29, in v2.5)
+# in v2.2); v2.4.0 03f7793114 (2025-06-27, in core_v0.13.0) and f05f12c97 (2025-06-29, in v2.5).
+# 25.02's TE is not its manifest's: NVIDIA/NeMo a0e8ed197a ("build: Bump PyT to 25.01", 2025-02-22) set the manifest's
+# "ngc-pytorch" to nvcr.io/nvidia/pytorch:25.01-py3 and dropped Dockerfile.ci's TE build (v2.2.0 reinstalls only
+# `--library mcore` and `--library nemo`), so the container keeps the base's TE: 1.14 (NGC PyTorch release notes
+# rel-25-01, as NVIDIA/bionemo-framework 67a869b3c cites them: "pytorch 25.01-py3 (default TE_TG=v1.14)"; 25.02-py3
+# v2.0). 7d576ed25 (VERSION 1.8.0.dev0) is the 24.07 container's TE, left in the pin since (v2.0.0's Dockerfile.ci
+# still names it where the 24.09 container, NeMo 2.0.0, shipped TE 1.10: user guide 24.09 softwarecomponentversions),
+# and names no sm_100 target (CMake architectures 70 80 89 90) for these B200 rows; TE's release_v1.14 does (100 under
+# CUDA 12.8). 1.14 holds #1083 (no FP8 scale-inverse copy) but not v2.0's 819a75219 (late transpose under SP).
 _RELEASES = {
-    "25.02": {"megatron_core": "2025-02-24", "transformer_engine": "2024-06-13"},
+    "25.02": {"megatron_core": "2025-02-24", "transformer_engine": "1.14"},
     "25.04": {"megatron_core": "2025-05-02", "transformer_engine": "2025-03-18"},
     "25.07": {"megatron_core": "2025-06-27", "transformer_engine": "2025-06-29"},
 }
@@ -188,7 +197,8 @@ def nemo2_rows() -> list[dict[str, Any]]:
                 "published": f"{tps:,.0f} tokens/s per GPU",
                 "seconds": gbs * sequence / (tps * gpus),
                 "assumptions": (
-                    "the container's Megatron-LM and TransformerEngine as the tag's requirements/manifest.json pins",
+                    "the container's Megatron-LM and TransformerEngine as the tag's requirements/manifest.json pins"
+                    + (" (TE: the PyTorch 25.01 base's 1.14)" if release == "25.02" else ""),
                     "cuDNN below 9.17 (25.09's 9.11 bounds it): 9.13's sm100 attention kernels",
                     f"{recipe} as ppb's FP8 GEMMs with their casts; attention in BF16",
                     *notes,

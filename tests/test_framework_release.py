@@ -83,6 +83,13 @@ def _released(run, **release: str):
         ("megatron_core", "core_r0.14.0", "fsdp_dtensor_load_states", False),  # git tag --contains: core_v0.15.0 on
         ("megatron_core", "core_v0.15.0", "fsdp_dtensor_load_states", True),
         ("transformer_engine", "2025-04-08", "te_dummy_wgrad", True),
+        # TE 1.14, never tagged (branch release_v1.14, "Code drop for version 1.14"): its linear.py saves no
+        # `scale_inv.clone()` (#1083, v1.11) but still casts a row-parallel SP input alone (`cast_to_fp8`, and
+        # `tex.fp8_transpose` in the backward): v2.0's 819a75219 is not on that branch
+        ("transformer_engine", "1.14", "te_fp8_scale_inv_with_data", True),
+        ("transformer_engine", "1.14.0", "te_fp8_input_transposed_in_forward", False),
+        ("transformer_engine", "v1.10", "te_fp8_scale_inv_with_data", False),
+        ("transformer_engine", "v2.0", "te_fp8_input_transposed_in_forward", True),
     ],
 )
 def test_a_release_holds_a_change_from_its_commit_or_first_release(library, value, change, holds):

@@ -165,6 +165,13 @@ def test_nemo2_rows_take_each_releases_recipe(public):
     assert run.timing.fp8_param_gather and run.timing.overlap_param_gather_with_optimizer_step
     assert run.training.defer_embedding_wgrad_compute and run.training.wgrad_deferral_limit == 22
     assert run.timing.check_for_nan_in_grad  # the recipes' DistributedDataParallelConfig
+    # NeMo v2.2.0: manifest "ngc-pytorch" nvcr.io/nvidia/pytorch:25.01-py3 and no TE build in Dockerfile.ci (a0e8ed197a
+    # dropped it), so the base's TE: 1.14 (NGC PyTorch rel-25-01, cited by NVIDIA/bionemo-framework 67a869b3c), not
+    # the manifest's stale 7d576ed25 (1.8.0.dev0); Megatron-LM the manifest's 791b70e031 (2025-02-24)
+    assert (run.framework_release.megatron_core, run.framework_release.transformer_engine) == ("2025-02-24", "1.14")
+    # 1.14 saves no FP8 scale-inverse copy (#1083, v1.11) but transposes an SP row-parallel input late (before v2.0)
+    assert run.framework_release.holds("te_fp8_scale_inv_with_data")
+    assert not run.framework_release.holds("te_fp8_input_transposed_in_forward")
     # 25.04 Llama 3 70B under Megatron FSDP (the csv's use_mcore_fsdp): no FP8 gathers, no deferral, no wgrad fusion;
     # 64 GPUs in one GB200 segment (16 nodes, `slurm_executor` segments only beyond 18)
     fsdp = public.config(rows["NeMo 25.04 Llama 3 70B FP8 FSDP (64 GB200)"])

@@ -28,11 +28,12 @@ NEWEST = {
     PYTORCH: ("2.13", ""),
 }
 # the (major, minor) releases each library tagged (NVIDIA/Megatron-LM tags core_v0.4.0 .. core_v0.19.0,
-# core_r0.8.0 .. core_r0.11.0; NVIDIA/TransformerEngine tags v0.1 .. v2.18)
+# core_r0.8.0 .. core_r0.11.0; NVIDIA/TransformerEngine tags v0.1 .. v2.18, and 1.14, never tagged: its branch
+# release_v1.14 ("Code drop for version 1.14", 3b2a7b00f, VERSION 1.14.0), the TE of NGC's PyTorch 25.01 container)
 KNOWN_RELEASES: dict[str, frozenset[tuple[int, int]]] = {
     MEGATRON_CORE: frozenset((0, minor) for minor in range(4, 20)),
     TRANSFORMER_ENGINE: frozenset(
-        [(0, minor) for minor in range(1, 14)] + [(1, minor) for minor in range(14)] + [(2, m) for m in range(19)]
+        [(0, minor) for minor in range(1, 14)] + [(1, minor) for minor in range(15)] + [(2, m) for m in range(19)]
     ),
     # pytorch/pytorch tags v1.0 .. v1.13, v2.0 .. v2.13
     PYTORCH: frozenset([(1, minor) for minor in range(14)] + [(2, minor) for minor in range(14)]),
