@@ -68,6 +68,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import math
 from dataclasses import dataclass
 
 # Throughput of each dtype's tensor cores over the 16-bit rate (A100, H100, H200, B200 datasheets:
@@ -884,3 +885,15 @@ DEVICE_CATALOG: dict[str, DeviceProfile] = {
     # Fallback when a run config states only memory_mb: H100-like rates.
     "generic": DeviceProfile("generic", 81559, 989.0, 3350.0, 450.0, 50.0, sm_count=132, gemm_kernel_us=5.3),
 }
+
+
+def attention_die(compute_capability: float) -> str | None:
+    """The die whose measured FP8 attention a part runs at (`ppb_core.timing.fp8_attention`): sm90 (H100, H200),
+    sm100 (B200, GB200), sm103 (B300, GB300); None where none was measured."""
+    if 9.0 <= compute_capability < 10.0:
+        return "sm90"
+    if math.isclose(compute_capability, 10.0):
+        return "sm100"
+    if math.isclose(compute_capability, 10.3):
+        return "sm103"
+    return None

@@ -50,6 +50,7 @@ from ppb_core.timing.flex import (
     in_kernel_permutation,
     ranks_reached,
 )
+from ppb_core.timing.fp8_attention import CAST_LAUNCHES, cast_bytes
 from ppb_core.timing.kernels import EAGER_TRAFFIC
 from ppb_core.timing.ring import FP32_BYTES, STEPPED, merge_bytes
 from ppb_core.timing.router import RouterSetting, router_launches
@@ -222,6 +223,9 @@ class Op:
     # MLA's input_layernorm (before its two down-projections) and MTP's enorm and hnorm are norm modules of
     # their own: the linear after them quantizes a 16-bit input.
     norm_input: bool = False
+    # TransformerEngine's quantize kernels (TE's FP8 attention's casts, `fp8_attention_casts`): priced at their
+    # measured share of HBM where the device states one for the recipe (`TimeModel._quantize_s`)
+    te_quantize: bool = False
 
 
 def expert_fp8_pads(run: RunConfig) -> int:
@@ -346,6 +350,9 @@ class OpGeometry(Geometry):
     # ... under MXFP8 with Megatron's --tp-comm-overlap, where each MXFP8 operand TE puts through a userbuffers
     # all-gather first has its scales all-gathered by NCCL (`_te_ub_scales`)
     te_mxfp8_ub: bool = False
+    # ... with `timing.fp8_dot_product_attention`, the recipe whose FP8 attention casts Q, K, V and dO
+    # (`fp8_attention_casts`); "" in 16 bits
+    te_fp8_attention: str = ""
     # ... under delayed scaling, where a LayerNormLinear's norm writes its output in FP8 itself, a byte an
     # element (TE v2.9 extensions/normalization.cpp: FULLY_FUSED for `Float8Quantizer`; `Op.norm_input`)
     te_norm_fp8_out: bool = False
@@ -428,6 +435,7 @@ class OpGeometry(Geometry):
             and run.timing.matmul_dtype == "fp8"
             and run.timing.fp8_recipe == "mxfp8"
             and run.timing.overlap.tp > 0,
+            te_fp8_attention=run.timing.fp8_recipe if run.timing.fp8_dot_product_attention else "",
             te_norm_fp8_out=run.framework == "megatron"
             and run.timing.transformer_impl == "transformer_engine"
             and run.timing.matmul_dtype == "fp8"
@@ -1163,6 +1171,10 @@ def _core(kind: BodyKind, geo: OpGeometry, p: str, qk: list[str], v: list[str]) 
         # The kernel keeps O and the log-sum-exp of each row (the `softmax` switch); the backward
         # re-forms S = QKᵀ, then dV, dP, dQ, dK: 3× the score matmul and 2× the value matmul.
         scores, context = p + "flash_scores", p + "flash_context"
+        if geo.te_fp8_attention:
+            elements = (n * heads * d_qk + n * kv_width, n * heads * d_v)
+            casts = fp8_attention_casts(p + "fp8_attention_casts", block, geo.te_fp8_attention, bc, *elements, qk + v)
+            ops.append(casts)
         # after an all-to-all over heads (Ulysses over cp, hierarchical over cp_a2a) a rank's keys and values
         # carry that share of its key/value heads, one head at least (fewer key/value heads than ranks)
         split = geo.cp if ulysses else geo.cp_a2a
@@ -1345,6 +1357,19 @@ def _core(kind: BodyKind, geo: OpGeometry, p: str, qk: list[str], v: list[str]) 
         )
         out = p + "cp_a2a_out"
     return ops, out
+
+
+def fp8_attention_casts(
+    name: str, block: str, recipe: str, bc: int, qkv_elements: float, out_elements: float, inputs: Sequence[str]
+) -> Op:
+    """TransformerEngine's casts around its FP8 attention under *recipe* (`ppb_core.timing.fp8_attention`
+    module docstring: TE v2.17.0 backends.py `FusedAttnFunc`): the forward's over Q, K, V (*qkv_elements* on
+    this device) and O (*out_elements*), the backward's over dO and dQ, dK, dV, with their kernels."""
+    qkv, out, d_out, d_qkv = cast_bytes(recipe, bc)
+    forward = qkv * qkv_elements + out * out_elements
+    backward = d_out * out_elements + d_qkv * qkv_elements
+    op = _elementwise(name, block, forward, backward, switch="softmax", inputs=inputs)
+    return dataclasses.replace(op, launches=CAST_LAUNCHES[recipe], te_quantize=True)
 
 
 def _te_a2a_reorders(p: str, q_elements: float, kv_elements: float, out_elements: float, bc: int, context: str) -> Op:
@@ -2791,7 +2816,9 @@ def layer_ops(kind: LayerKind, geo: OpGeometry) -> tuple[Op, ...]:
         return body_ops(kind, encoder_geometry(kind, geo))
     if isinstance(kind, BodyKind) and kind.high_precision:  # outside the fp8 context: every GEMM in 16 bits
         # and TE's all-gathers and norms too
-        geo = dataclasses.replace(geo, te_fp8_gather=(), te_amax_reduction=False, te_norm_fp8_out=False)
+        geo = dataclasses.replace(
+            geo, te_fp8_gather=(), te_amax_reduction=False, te_norm_fp8_out=False, te_fp8_attention=""
+        )
         return tuple(dataclasses.replace(op, fp8=False) for op in body_ops(kind, geo))
     if isinstance(kind, BodyKind):
         return mindformers_o1_ops(body_ops(kind, geo), geo)

@@ -327,6 +327,7 @@ class TimeModel:
             sdpa_backend=run.timing.sdpa_backend,
             te_attention_backend=run.timing.te_attention_backend,
             cudnn_release=run.timing.cudnn_version,
+            fp8_attention_recipe=run.timing.fp8_recipe if run.timing.fp8_dot_product_attention else None,
         )
         # The GEMMs FP8 training leaves in 16 bits (`Op.fp8`: the output layer, the router) run on these.
         self._kernels_16 = (
@@ -363,6 +364,8 @@ class TimeModel:
             attention_forward=self.kernels.attention_forward * sustained,
             attention_backward=self.kernels.attention_backward * sustained,
         )
+        # the attention of layers outside the FP8 context (`Op.fp8` false: timing.fp8_bf16_layers) in 16 bits
+        self._attention_16 = dataclasses.replace(self.kernels, fp8_attention=None)
         ceiling_16 = self._kernels_16.gemm_ceiling * self.device.layer_gemm_share
         self._kernels_16 = dataclasses.replace(self._kernels_16, gemm_ceiling=ceiling_16) if fp8 else self.kernels
         self._geometry = OpGeometry.from_run(run)
@@ -542,6 +545,7 @@ class TimeModel:
             return 0.0
         kernels = self.kernels
         if op.attention is not None:
+            kernels = kernels if op.fp8 else self._attention_16
             backward = phase != "forward"
             flops, traffic = (op.backward_flops, op.backward_bytes) if backward else (op.flops, op.bytes)
             carries_dq = op.name.endswith("flash_scores")  # its backward FLOPs hold dQ = dS·K
@@ -604,7 +608,9 @@ class TimeModel:
             )
             return {"backward": dgrad + wgrad, "dgrad": dgrad, "wgrad": wgrad}[phase]
         traffic = op.bytes if phase == "forward" else op.backward_bytes
-        if op.score_keys:  # an unfused attention core's pass over its scores
+        if op.te_quantize:
+            seconds = self._quantize_s(traffic, kernels)
+        elif op.score_keys:  # an unfused attention core's pass over its scores
             seconds = kernels.score_memory_s(traffic, op.score_keys, phase != "forward", op.score_head_dim)
         else:
             backward = phase != "forward"
