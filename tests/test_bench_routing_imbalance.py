@@ -17,11 +17,11 @@ def natural(bench):
 
 
 def test_the_natural_routing_rows_and_their_bounds(bench, natural):
-    # the card rows without --moe-router-force-load-balancing and with EP: the four pretrain MoE entries and one functional entry (Qwen3 8B
-    # is dense; the performance entries force balance). The routing's bound ep·min(k, E/ep)/k: Qwen3 30B-A3B 128
-    # experts top 8 over 16: 16·8/8 = 16; GPT-OSS 120B 128 top 4 over 16: 16·4/4 = 16; Moonlight 64 top 6 over 8:
-    # 8·6/6 = 8; GPT-OSS 20B 32 top 4 over 4: 4·4/4 = 4; the functional card's Qwen3 30B-A3B MXFP8 entry, 128 top 8
-    # over 8: 8·min(8, 16)/8 = 8
+    # the card rows without --moe-router-force-load-balancing and with EP: the four pretrain MoE entries and one
+    # functional entry (Qwen3 8B is dense; the performance entries force balance). The routing's bound
+    # ep·min(k, E/ep)/k: Qwen3 30B-A3B 128 experts top 8 over 16: 16·8/8 = 16; GPT-OSS 120B 128 top 4 over 16:
+    # 16·4/4 = 16; Moonlight 64 top 6 over 8: 8·6/6 = 8; GPT-OSS 20B 32 top 4 over 4: 4·4/4 = 4; the functional
+    # card's Qwen3 30B-A3B MXFP8 entry, 128 top 8 over 8: 8·min(8, 16)/8 = 8
     bounds = {name.split(" BF16")[0].removeprefix("Megatron-Bridge card "): bench.routing_bound(row)
               for name, row in natural.items()}  # fmt: skip
     assert bounds == {
