@@ -880,8 +880,8 @@ def _before(found: Solution, best: Solution) -> bool:
 
 def choices_under(problem: BalanceInput, choices: list[list[StageChoice]], value: float) -> list[list[StageChoice]]:
     """Of stage choices listed for a larger value (`choices_within`, not the closed form's), those that can be in a
-    plan worth *value* or less: each stage's work per micro-batch within `work_limit`, as `choices_within(value)`
-    lists them (the Pareto reduction keeps a choice's dominators, no slower, within the same limit)."""
+    plan worth *value* or less: each stage's work per micro-batch within `work_limit` (a stage is busy m times
+    its work). A plan that fast uses no other of the listed ones."""
     limit = work_limit(problem, value, closed_form=False) * (1 + 1e-12)
     return [
         [c for c in stage if problem.fixed_work(s) + sum(cell.forward + cell.backward for cell in c.cells) <= limit]
