@@ -15,8 +15,10 @@ the recipe as written, chosen before pricing; the weak-scaling points beside it 
 Releases (`framework_release`): docs.nvidia.com/nemo-framework/user-guide/24.09/softwarecomponentversions.html:
 24.09 = PyTorch 2.4.0a0, Megatron Core 0.9.0, Transformer Engine 1.10; 24.05 = PyTorch 2.3.0a0, Megatron Core
 0.7.0, Transformer Engine 1.6.0.dev0. 24.12 is NeMo 2.1.0, whose Dockerfile.ci (NVIDIA/NeMo v2.1.0) pins
-core_r0.10.0; its TE and PyTorch are unstated in anything reachable here, taken as 24.09's (no ppb release rule
-moves between TE 1.10 and 1.13 or PyTorch 2.4 and 2.5: ppb_core/config/releases.py's gates are all later).
+core_r0.10.0; its TE and PyTorch are unstated in anything reachable here, taken as 24.09's. One ppb release rule
+moves between TE 1.10 and 1.13 (ppb_core/config/releases.py `te_fp8_scale_inv_with_data`, v1.11: the FP8 modules'
+scale-inverse copy each forward); v2.1.0's Dockerfile.ci builds TE 7d576ed25 (2024-06-13), which still copies it;
+none moves between PyTorch 2.4 and 2.5.
 
 The NeMo 2 recipes (`nemo2_dgxc_rows`, a second group): v25.04.02 (0efdb235ac) llama3.1/README.md's H100 tables
 (nemo:25.02.01; setup.sh checks out NVIDIA/NeMo d2b21556f2, 2025-03-20, and copies the tag's pretrain_llama31.py /
@@ -345,10 +347,17 @@ def _deepseek_nemo2_run(name: str, device: str, gpus: int, parallel: dict[str, i
             "micro_batches": 8 * gpus // dp,
             "dtype": "bf16",
             "grad_bytes": 4,
-            "flash_attention": True,
+            # TransformerEngine of the container (2025-03-18; v2.2 to v2.4 alike) has no attention kernel for MLA's
+            # 192-wide query/key heads on Blackwell: fused_attn.cpp `nvte_get_fused_attn_backend` refuses cuDNN's
+            # F16_arbitrary_seqlen at `sm_arch_ >= 100 && (head_dim_qk > 128 || head_dim_v > 128)` (eee710a341;
+            # lifted by 71c76b6ba "Add support for head_dim > 128", 2025-06-14, v2.5) and dot_product_attention/
+            # utils.py `get_attention_backend` drops FlashAttention at head_dim_qk != head_dim_v ("does not support
+            # MLA"): UnfusedDotProductAttention runs on GB200 (hence core_attn recompute there); cuDNN on H100
+            "flash_attention": device != "gb200",
             "recompute": {"granularity": "selective", "modules": list(modules)},
             "moe": {
                 "capacity_factor": 1.0,
+                "pad_to_capacity": True,
                 "router_dtype": "fp32",
                 "permute_fusion": True,
                 "router": {
@@ -391,7 +400,9 @@ def deepseek_dgxc_rows() -> list[dict[str, Any]]:
                 "assumptions": (
                     "the container's Megatron-LM and TransformerEngine as NeMo v2.3.0's manifest pins",
                     "moe_shared_expert_overlap (the shared expert beside the dispatch) priced in sequence",
-                    "group-limited routing (8 groups, top 4) priced as plain top-k",
+                    "GB200: TransformerEngine's unfused attention (no MLA kernel on sm100 before TE 2.5)"
+                    if device == "gb200"
+                    else "H100: cuDNN's fused attention",
                     "the precision-aware optimizer (FP32 moments) as Megatron's distributed one",
                 ),
             }

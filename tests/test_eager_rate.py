@@ -143,6 +143,32 @@ def test_eager_kernels_over_chunk_halves_reach_the_measured_share():
     assert means == pytest.approx(STRIDED_EAGER_SHARE, abs=5e-4)
 
 
+# Held out (session 30): Liger-Kernel's TorchJSD forward on a B200 (benchmark_jsd.py at ace042ec, Liger 0.8.0,
+# 2026-05-27; all_benchmark_data.csv rows 2198-2201, provider "torch", forward): fp32 log-probabilities [BT, V],
+# V 128,256. Its aten ops, contiguous, one kernel each (KLDivLoss with log_target is `exp(target) * (target -
+# input)`, aten Loss.cpp `kl_div`): two exp (4+4 each), lerp (4+4+4), log (4+4), kl (exp 8, sub 12, mul 12), log
+# again (8), the second kl (32), two row sums (4 each): 116 bytes an element. (BT, ms); every tensor 0.5-4.2 GB,
+# past the B200's 126 MB L2.
+JSD_TORCH_FORWARD_B200 = [
+    (1024, 2.2900800704956055),
+    (2048, 4.97105598449707),
+    (4096, 9.907423973083496),
+    (8192, 20.02751922607422),
+]
+
+
+def test_b200_s_contiguous_eager_kernels_reach_the_catalog_s_element_wise_share():
+    # BT 8192: 116 · 8192 · 128256 = 121.88 GB in 20.03 ms = 6.086 TB/s, 0.793 of 7.672; 4096 0.802, 2048 0.799,
+    # 1024 0.867 (part of each op's output still in L2 for the next): mean 0.815. PyTorch's vectorized path on
+    # Blackwell keeps its share of the wider HBM (H100 0.82): what ppb prices Megatron's eager contiguous ops
+    # at (`memory_efficiency` 0.8). Its non-contiguous path (`STRIDED_EAGER_SHARE`) has no such measurement.
+    b200 = DEVICE_CATALOG["b200"]
+    shares = [116 * bt * 128256 / (ms * 1e-3) / (b200.hbm_bandwidth_gbs * 1e9) for bt, ms in JSD_TORCH_FORWARD_B200]
+    assert shares[-1] == pytest.approx(0.793, abs=1e-3)
+    assert sum(shares) / len(shares) == pytest.approx(0.815, abs=1e-3)
+    assert min(shares) == pytest.approx(b200.memory_efficiency, abs=0.01)
+
+
 @pytest.mark.parametrize("framework", ["megatron", "torchtitan"])
 def test_a_strided_op_runs_at_the_strided_share_on_any_device(framework):
     # B200 (7,672 GB/s): 1 GB at 0.515 forward, 0.603 backward of the peak, fused or eager framework alike

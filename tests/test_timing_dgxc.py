@@ -3,6 +3,9 @@ tag's yaml, launch scripts and NeMo recipes set."""
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import pytest
 from bench_modules import load_bench
 
@@ -145,9 +148,18 @@ def test_deepseek_rows_run_launch_sh_and_the_perf_script(public, nemo2):
     # USE_TOKEN_DROP: capacity factor 1.0 (MegatronTokenDropCallback), so not dropless; bf16_mixed's
     # grad_reduce_in_fp32 True (cleared only for FP8)
     assert (run.training.moe.dropless, run.training.moe.capacity_factor, run.training.grad_bytes) == (False, 1.0, 4)
+    # MegatronTokenDropCallback pads the experts' inputs to the capacity (moe_pad_expert_input_to_capacity True)
+    assert run.training.moe.pad_to_capacity and run.routed_share == 1.0
     assert run.training.recompute.modules == ("mla_up_proj",)
     # GB200: PP 4 (16 a middle stage: 15, 16, 16, 14), EP 32, core_attn recomputed; 128 GPUs: DP 16, 64 micro-batches
     run = public.config(gb200)
     assert run.parallel.layout.split("|")[0].count("t") == 15 and run.parallel.layout.count("t") == 61
     assert (run.parallel.ep, run.parallel.dp, run.training.micro_batches) == (32, 16, 64)
     assert run.training.recompute.modules == ("core_attn",)
+    # MLA's query/key heads are 128 + 64 = 192 wide, its value heads 128. TransformerEngine before 71c76b6ba
+    # (2025-06-14, v2.5) refuses cuDNN's fused attention on sm100 above 128 (fused_attn.cpp
+    # `nvte_get_fused_attn_backend`, v2.2-v2.4) and FlashAttention at unequal widths (utils.py
+    # `get_attention_backend`): GB200 runs TE's unfused attention, H100 (sm90, cuDNN 9 to 256) the fused one
+    hf = json.loads((Path(__file__).parents[1] / "configs" / "hf" / "deepseek-v3.json").read_text())
+    assert (hf["qk_nope_head_dim"] + hf["qk_rope_head_dim"], hf["v_head_dim"]) == (192, 128)
+    assert (run.training.flash_attention, public.config(h100).training.flash_attention) == (False, True)

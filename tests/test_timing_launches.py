@@ -684,3 +684,41 @@ def test_per_tensor_fp8_on_hopper_transposes_after_each_sp_all_gather():
     assert launches["proj"] == pytest.approx((2.0, 4.0))
     # without them (MXFP8, Blackwell, no SP) the counts stay
     assert layer_launches(ops, **kw, fp8_recipe="delayed")["proj"] == (2.0, 3.0)
+
+
+def test_te_before_1_11_copies_each_fp8_module_s_scale_inverses_each_forward():
+    # TE v1.10 linear.py `_Linear.forward` and layernorm_linear.py `_LayerNormLinear.forward` save
+    # `fp8_meta["scaling_fwd"].scale_inv.clone()` for the backward (v1.6 likewise), gone from v1.11 (8e3561bf8,
+    # #1083): one PyTorch copy kernel a module a forward. A dense FP8 GEMM under delayed scaling: its GEMM, its
+    # input's cast-transpose and the copy, 3 forward; backward unchanged (2 GEMMs and the gradient's cast, 3).
+    kw = {"tp": 1, "mla": False, "rope_fusion": True, "cross_entropy_fusion": False, "wgrad_fused": True}
+    dense = Op("proj", "attention", "matmul", gemm=(64.0, 32.0, 32.0, 1, 32.0), weight_elements=1024)
+    assert op_launches(dense, **kw, fp8_recipe="delayed") == (2.0, 3.0)
+    assert op_launches(dense, **kw, fp8_recipe="delayed", scale_inv_clone=True) == (3.0, 3.0)
+    # a fused module's parts share its one copy by their columns (qk 96 of 128, v 32): 0.75 and 0.25
+    qk = Op("qk_proj", "attention", "matmul", gemm=(64.0, 32.0, 96.0, 1, 128.0), weight_elements=3072)
+    assert op_launches(qk, **kw, fp8_recipe="delayed", scale_inv_clone=True)[0] == pytest.approx(0.75 * 3)
+    # BF16 copies nothing
+    assert op_launches(dense, **kw, scale_inv_clone=True) == (1.0, 2.0)
+
+
+def test_the_pricer_copies_the_scale_inverses_under_a_te_before_1_11():
+    # A small FP8 (delayed) run on DGX H100 at TP 1: a layer's 4 TE modules (qkv, proj, fc1, fc2) each one copy
+    # a forward under v1.10, none under v1.11: 4 launches of the catalog's 80.9 us, 323.6 us; the backward alike
+    spec = {"vocab_size": 1024, "hidden_size": 1024, "num_layers": 2, "num_attention_heads": 8,
+            "intermediate_size": 4096}  # fmt: skip
+    waits = {}
+    for release in ("v1.10", "v1.11"):
+        run = make_run(
+            spec,
+            parallel={"tp": 1, "dp": 8},
+            training={"seq_length": 4096},
+            timing={"matmul_dtype": "fp8", "fp8_recipe": "delayed"},
+        )
+        run = run.model_copy(update={"framework_release": FrameworkRelease(transformer_engine=release)})
+        body = next(layer for layer in walk(run) if layer.node == "BODY")
+        waits[release] = TimeModel(run).host(body, LayerType.NOT_REC_LAYER)
+    launch = HOST_KERNEL_US_DGX_H100 * 1e-6
+    assert DEVICE_CATALOG["h100-80gb"].host_kernel_us == HOST_KERNEL_US_DGX_H100
+    assert waits["v1.10"].launch_forward - waits["v1.11"].launch_forward == pytest.approx(4 * launch, abs=1e-10)
+    assert waits["v1.10"].launch_backward == pytest.approx(waits["v1.11"].launch_backward, abs=1e-12)

@@ -999,3 +999,37 @@ def test_under_sp_current_scaling_all_reduces_each_gathered_amax():
     for recipe, sp in (("delayed", True), ("tensorwise", False)):
         _, others = _fp8_body(recipe, tp=2, sp=sp)
         assert not [name for name in others if "amax" in name]
+
+
+def test_te_before_2_0_transposes_a_row_parallel_input_under_sp_in_the_backward():
+    # TE v1.10 to v1.13 linear.py `_Linear.forward`: `fp8_cast_transpose_fused` only `and not sequence_parallel`,
+    # else `cast_to_fp8` (read bf16, write a byte: 3 B an element); `_Linear.backward` then transposes the saved
+    # FP8 input for the weight gradient, `tex.fp8_transpose` (read and write a byte: 2 B). From v2.0 (819a75219)
+    # the forward's cast-transpose writes both copies (2 + 1 + 1 = 4 B), nothing in the backward. out_proj's
+    # input (from the attention, 2048 rows of 1024 at tp 2) and mlp_out's on the round device's Hopper.
+    def body_at(release: str):
+        raw = gelu_run(device=dict(ROUND_DEVICE, fp8_matmul_efficiency=0.5), tp=2, sp=True).model_dump(
+            mode="json", exclude_none=True
+        )
+        raw["framework_release"] = {"transformer_engine": release}
+        run = parse_run_config({**raw, "timing": {"matmul_dtype": "fp8", "fp8_recipe": "delayed"}})
+        model = TimeModel(run)
+        return model, {op.name: op for op in model.ops(body(run))}
+
+    old, old_ops = body_at("v1.13")
+    new, new_ops = body_at("v2.0")
+    for name in ("out_proj", "mlp_out"):
+        assert new._cast_bytes(new_ops[name], False) == pytest.approx(4.0)
+        assert new._te_sp_transpose_bytes(new_ops[name]) == 0.0
+        assert old._cast_bytes(old_ops[name], False) == pytest.approx(3.0)
+        assert old._te_sp_transpose_bytes(old_ops[name]) == pytest.approx(2.0)
+    # the gathered, norm-fed mlp_in is the same in both
+    assert old._cast_bytes(old_ops["mlp_in"], False) == new._cast_bytes(new_ops["mlp_in"], False)
+    assert old._te_sp_transpose_bytes(old_ops["mlp_in"]) == new._te_sp_transpose_bytes(new_ops["mlp_in"])
+    # the transpose is a kernel of its own in the backward: one launch more for each
+    layer = body(old.run)
+    launches = {
+        release: model.host(layer, LayerType.NOT_REC_LAYER).launch_backward
+        for release, model in (("old", old), ("new", new))
+    }
+    assert launches["old"] - launches["new"] == pytest.approx(2 * old.launch_s(), rel=1e-9)

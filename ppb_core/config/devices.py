@@ -43,9 +43,16 @@ Achieved fractions are measured, not datasheet figures:
   NVLink domain, by group size, where measured (nccl-tests in NVIDIA's aiconfigurator; `NCCL_GATHER_SHARES_*`):
   it grows with the group (8 B200: 0.683, 2: 0.473). Empty: `comm_efficiency`. All-reduce (NVLink SHARP),
   all-to-all, point-to-point and rings that leave the node keep `comm_efficiency`.
+- `nccl_small_all_reduce_us`: a few hundred bytes all-reduced inside one NVLink domain, by group size, where
+  measured (the same collection; `NCCL_SMALL_ALL_REDUCE_US_*`: 8 H100 15.6 us): delayed scaling's amax
+  reductions (`ppb_core.timing.fp8_amax`). Empty: 2(g-1) steps of `collective_latency_us`.
 - `nic_efficiency`: the same over a scale-out NIC (0: `comm_efficiency`): NCCL's maintainers expect
   "46-48GB/s per NIC" from 400 Gb/s NDR InfiniBand in a ring (NVIDIA/nccl-tests issue #290, March
-  2025): 0.94 of 50 GB/s on the NDR systems below.
+  2025): 0.94 of 50 GB/s on the NDR systems below. 200 Gb/s HDR (DGX A100): 0.96 of 25 GB/s, NVIDIA's
+  nccl-tests all_reduce figures in its GTC 2024 talk S62129 ("Collective Communication Bandwidth", the slide
+  stas00/ml-engineering network/benchmarks/README.md at 744d01e reproduces): one 200 Gb RDMA NIC 24 GB/s,
+  DGX A100 nodes with eight 192 GB/s; nccl-tests issue #119 (2022, 3 nodes of 8 A100 SXM4, 4 HDR NICs a
+  node) peaks at 96 of the 100 GB/s.
 - `memory_efficiency`: the share of HBM bandwidth element-wise kernels reach (0.8; a stream copy
   reaches ~0.9, fused norms and activations less). An assumption, stated.
 - `eager_memory_efficiency`: the same for PyTorch's eager element-wise and reduction kernels, one aten
@@ -64,6 +71,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import math
 from dataclasses import dataclass
 
 # Throughput of each dtype's tensor cores over the 16-bit rate (A100, H100, H200, B200 datasheets:
@@ -392,6 +400,10 @@ class DeviceProfile:
     # (group size, share) pairs, sizes ascending: NCCL's all-gather / reduce-scatter bus bandwidth over
     # `intra_node_bandwidth_gbs` inside one NVLink domain (`gather_share`); (): `comm_efficiency`
     nccl_gather_shares: tuple[tuple[int, float], ...] = ()
+    # A few hundred bytes all-reduced inside one NVLink domain, by group size, in microseconds, where measured
+    # (nccl-tests in NVIDIA's aiconfigurator; `NCCL_SMALL_ALL_REDUCE_US_*`): delayed scaling's amax reductions
+    # (`ppb_core.timing.fp8_amax`); () : ppb's scalar rule, 2(g-1) steps of `collective_latency_us`.
+    nccl_small_all_reduce_us: tuple[tuple[int, float], ...] = ()
     # How a node's devices reach each other: 0, through a switch (NVSwitch), each device reaching any
     # peer at its whole intra-node bandwidth; n, a full mesh of n point-to-point links a device (Ascend
     # 910B's 7 HCCS links), one link to each peer carrying 1/n of it, so a group of k ranks in the node
@@ -506,6 +518,13 @@ NCCL_GATHER_SHARES_B200 = ((2, 0.473), (4, 0.622), (8, 0.683))
 NCCL_GATHER_SHARES_B300 = ((2, 0.478), (4, 0.628), (8, 0.686))
 NCCL_GATHER_SHARES_GB200 = ((2, 0.470), (4, 0.618), (8, 0.683))
 NCCL_GATHER_SHARES_GB300 = ((2, 0.480), (4, 0.626), (8, 0.686))
+# `DeviceProfile.nccl_small_all_reduce_us`: the same collection's all_reduce_perf (NCCL 2.29.2, `-d half`, the
+# tuner's own algorithm and protocol) at its smallest message, 256 half elements (512 B; flat to 4096 elements
+# within 1 us): H100 SXM g2 6.18, g4 9.46, g8 15.59 us; B200 g2 10.26, g4 15.09, g8 25.09 us. ppb's scalar rule
+# (`reporting.scalar_all_reduce_seconds`: 2(g-1) steps of 5 us, for Megatron CI's NCCL_ALGO=Ring cases) gives
+# 10, 30, 70 us.
+NCCL_SMALL_ALL_REDUCE_US_H100 = ((2, 6.18), (4, 9.46), (8, 15.59))
+NCCL_SMALL_ALL_REDUCE_US_B200 = ((2, 10.26), (4, 15.09), (8, 25.09))
 
 
 def measured_share(shares: tuple[tuple[int, float], ...], size: int) -> float:
@@ -551,6 +570,9 @@ DEVICE_CATALOG: dict[str, DeviceProfile] = {
         host_boost_ghz=3.4,
         host_link_gbs=HOST_LINK_GBS_GEN4,
         eager_memory_efficiency=EAGER_MEMORY_EFFICIENCY_A100,
+        # HDR InfiniBand at NCCL's measured 24 of 25 GB/s (module docstring, `nic_efficiency`): until session
+        # 30 unset, so NVLink's 0.8 (`comm_efficiency`), 20 GB/s a NIC
+        nic_efficiency=0.96,
         # NCCL on eight A100 SXM behind NVSwitch runs its collectives over 24 channels, one thread
         # block (SM) each ("Channel 23/24" in the NCCL log of NVIDIA/nccl-tests issue #100, HGX A100
         # 80GB, Dec 2021): the SMs a collective takes from the GEMM it hides behind.
@@ -581,6 +603,7 @@ DEVICE_CATALOG: dict[str, DeviceProfile] = {
         eager_memory_efficiency=EAGER_MEMORY_EFFICIENCY_H100,
         standard_attention_measured=True,
         nccl_gather_shares=NCCL_GATHER_SHARES_H100,
+        nccl_small_all_reduce_us=NCCL_SMALL_ALL_REDUCE_US_H100,
     ),
     # NVIDIA H200 Tensor Core GPU datasheet, SXM: 141GB HBM3e (143771 MiB in nvidia-smi), 989 TFLOPS
     # BF16 dense, 4.8 TB/s; NVLink 4 900 GB/s bidirectional; DGX H200: 400 Gb/s per GPU. The same
@@ -665,6 +688,7 @@ DEVICE_CATALOG: dict[str, DeviceProfile] = {
         host_kernel_us=HOST_KERNEL_US_DGX_B200,
         host_boost_ghz=4.0,
         nccl_gather_shares=NCCL_GATHER_SHARES_B200,
+        nccl_small_all_reduce_us=NCCL_SMALL_ALL_REDUCE_US_B200,
     ),
     # NVIDIA GB200 (one of a Grace Blackwell superchip's two GPUs, as in an NVL72 rack's 4-GPU compute
     # trays, Megatron CI's dgx_gb200): the B200's sm_100 GPU run faster. ml-engineering's tables
@@ -877,3 +901,15 @@ DEVICE_CATALOG: dict[str, DeviceProfile] = {
     # Fallback when a run config states only memory_mb: H100-like rates.
     "generic": DeviceProfile("generic", 81559, 989.0, 3350.0, 450.0, 50.0, sm_count=132, gemm_kernel_us=5.3),
 }
+
+
+def attention_die(compute_capability: float) -> str | None:
+    """The die whose measured FP8 attention a part runs at (`ppb_core.timing.fp8_attention`): sm90 (H100, H200),
+    sm100 (B200, GB200), sm103 (B300, GB300); None where none was measured."""
+    if 9.0 <= compute_capability < 10.0:
+        return "sm90"
+    if math.isclose(compute_capability, 10.0):
+        return "sm100"
+    if math.isclose(compute_capability, 10.3):
+        return "sm103"
+    return None

@@ -85,6 +85,28 @@ CHANGES: dict[str, Change] = {
         "(module/grouped_linear.py `_GroupedLinear.backward`: `tex.bulk_allocate`, then one `torch.empty`); "
         "before, a `torch.empty` per expert, each NaN-filled under deterministic mode",
     ),
+    "te_fp8_scale_inv_with_data": Change(
+        TRANSFORMER_ENGINE,
+        "8e3561bf8",
+        "2024-08-20",
+        (1, 11),
+        "TE's FP8 kernels update the scale-inverse with the FP8 data they write (#1083, \"Update FP8 "
+        'scale-inverse in kernels with FP8 output"), so Linear and LayerNormLinear save no copy of it for the '
+        'backward; before, each module\'s forward under FP8 saved `fp8_meta["scaling_fwd"].scale_inv.clone()` '
+        "(module/linear.py `_Linear.forward`, layernorm_linear.py `_LayerNormLinear.forward`, v1.6 and v1.10): "
+        "one more kernel a module a forward",
+    ),
+    "te_fp8_input_transposed_in_forward": Change(
+        TRANSFORMER_ENGINE,
+        "819a75219",
+        "2025-01-27",
+        (2, 0),
+        "TE's Linear quantizes its input with the column-wise copy the weight gradient reads in the forward, "
+        "whatever sequence parallelism (module/linear.py `_Linear.forward`: `input_quantizer.set_usage(rowwise=True, "
+        "columnwise=backward_needs_input)`; on Hopper one cast-transpose kernel); before, under SP a row-parallel "
+        "`_Linear` cast its input alone (v1.6 to v1.13: `fp8_cast_transpose_fused` only `and not sequence_parallel`, "
+        "else `cast_to_fp8`) and its backward transposed the saved FP8 input (`tex.fp8_transpose`)",
+    ),
     "te_grouped_saves_weights": Change(
         TRANSFORMER_ENGINE,
         "b59d1d8b3",

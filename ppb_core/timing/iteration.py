@@ -42,7 +42,7 @@ from ppb_core.memory.frameworks import te_offload
 from ppb_core.memory.frameworks.mindformers import optimizer_shards
 from ppb_core.memory.frameworks.te_fp8 import fp8_weights
 from ppb_core.model.geometry import per_rank
-from ppb_core.model.kinds import MTP_PART, EncoderBodyKind, TailKind
+from ppb_core.model.kinds import MTP_PART, EncoderBodyKind, LayerKind, TailKind
 from ppb_core.model.params import LayerParams
 from ppb_core.model.placement import CellOptions, place_plan
 from ppb_core.model.switches import LayerType, option_state
@@ -53,6 +53,7 @@ from ppb_core.timing.batch import batch_seconds, reads
 from ppb_core.timing.combined import direction_contention, layer_segments, mtp_segments, step_saving
 from ppb_core.timing.comm import Group, Links, collective_seconds
 from ppb_core.timing.flops import ALL_GATHER, ALL_REDUCE, REDUCE_SCATTER, Collective, OpGeometry
+from ppb_core.timing.fp8_amax import REDUCTIONS_PER_CHUNK, amax_reduction_seconds
 from ppb_core.timing.fsdp_float8 import precompute_scale_seconds
 from ppb_core.timing.host import HostWaits
 from ppb_core.timing.kernels import Kernels
@@ -517,6 +518,15 @@ def run_iteration(
             batch[stage] += seconds
             host_layers.setdefault((chunk, stage), []).insert(0, HostLayer(seconds, 0.0, 0.0))  # before the layers
 
+    # delayed scaling's amax reductions: a cell holding FP8 GEMMs reduces once forward, once backward (`fp8_amax`)
+    amax = [0.0] * stages
+    reduction = amax_reduction_seconds(run, links)
+    if reduction > 0:
+        for chunk, stage in _fp8_cells(times, per_cell):
+            cells.forward[chunk][stage] += reduction
+            cells.backward[chunk][stage] += reduction
+            amax[stage] += REDUCTIONS_PER_CHUNK * reduction
+
     # ZeRO-3 / FSDP: each layer's parameters gathered (bf16; torchtitan's Float8 weights in float8 under
     # its float8 all-gather, `LayerParams.gathered_bytes`) and gradients reduce-scattered over dp·cp.
     fsdp_link = fsdp_once = fsdp_once_link = 0.0
@@ -699,11 +709,27 @@ def run_iteration(
         host_wait_seconds=host_wait,
         busiest_stage=busiest,
         compute_parts={
-            "layers": work + saved[busiest] - m * batch[busiest],
+            "layers": work + saved[busiest] - m * (batch[busiest] + amax[busiest]),
             "batch_broadcast": m * batch[busiest],
+            "amax_reduction": m * amax[busiest],
             "combined_saving": -saved[busiest],
         },
     )
+
+
+def _fp8_cells(times: TimeModel, per_cell) -> list[tuple[int, int]]:
+    """The cells whose layers run FP8 GEMMs (`Op.fp8`: the output layer and the router stay in 16 bits), each
+    one model chunk's TransformerBlock on one stage."""
+    fp8: dict[LayerKind, bool] = {}
+    held = []
+    for cell, entries in per_cell.items():
+        for layer, _, _ in entries:
+            if layer.kind not in fp8:
+                fp8[layer.kind] = any(op.gemm is not None and op.fp8 and op.weight_elements for op in times.ops(layer))
+            if fp8[layer.kind]:
+                held.append(cell)
+                break
+    return held
 
 
 def _cpu_offload_waits(run: RunConfig, memory: MemoryModel, times: TimeModel, entries, states) -> tuple[float, float]:

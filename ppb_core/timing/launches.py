@@ -212,6 +212,10 @@ PY_STEP_SHARE = 350.0 / 128 / 98.0
 FP8_QUANTIZE = {"delayed": (1, 0), "tensorwise": (4, 3), "mxfp8": (1, 1), "blockwise": (1, 1)}
 # MXFP8's scale-factor swizzles a GEMM call: one kernel for each operand (module docstring).
 MXFP8_SWIZZLES = 2
+# TE before v1.11 (`releases.CHANGES["te_fp8_scale_inv_with_data"]`): an FP8 Linear's or LayerNormLinear's
+# forward saves `fp8_meta["scaling_fwd"].scale_inv.clone()` for its backward (v1.6 and v1.10 linear.py
+# `_Linear.forward`, layernorm_linear.py `_LayerNormLinear.forward`), a copy kernel from Python a module.
+SCALE_INV_CLONE = 1
 
 
 def mxfp8_swizzles(activations_swizzled: bool, gathered: bool = False, scattered: bool = False) -> tuple[float, float]:
@@ -333,6 +337,7 @@ def op_launches(
     python_step_share: float = 0.0,
     weights_saved: bool = False,
     swizzles: tuple[float, float] = (float(MXFP8_SWIZZLES), float(2 * MXFP8_SWIZZLES)),
+    scale_inv_clone: bool = False,
 ) -> tuple[float, float]:
     """(forward, backward) kernel launches of one op under Megatron with TransformerEngine; with
     *fp8_recipe* (FP8 training) an FP8 GEMM's quantization kernels too, fewer when *norm_fed* (its
@@ -342,7 +347,8 @@ def op_launches(
     fusion (Megatron's DDP hook one; DeepSpeed's BF16_Optimizer two, the fp32 cast and the add);
     *python_step_share*: a per-expert step of GroupedLinear's Python in launches (`PY_STEP_SHARE` under
     TE; 0: not counted), *weights_saved* as `grouped_python_steps`; *swizzles*: an MXFP8 GEMM call's
-    scale swizzles (`mxfp8_swizzles`)."""
+    scale swizzles (`mxfp8_swizzles`); *scale_inv_clone*: TE before v1.11 saves a copy of the module's
+    FP8 scale-inverses each forward (`SCALE_INV_CLONE`)."""
     last = op.name.rsplit(".", 1)[-1]
     if op.launches is not None:  # several PyTorch ops priced as one (`Op.launches`)
         return op.launches
@@ -371,6 +377,8 @@ def op_launches(
                     op, fp8_recipe, norm_fed, cpp_gemm_share, swizzles
                 )
                 forward, backward = forward + extra_forward, backward + extra_backward
+                if scale_inv_clone:  # the module's `scale_inv.clone()`, a PyTorch op: its share of one launch
+                    forward += SCALE_INV_CLONE * n / fused
             if python_step_share:
                 steps = grouped_python_steps(op, fp8_recipe is not None and op.fp8, weights_saved)
                 forward, backward = forward + python_step_share * steps[0], backward + python_step_share * steps[1]
@@ -463,6 +471,8 @@ def layer_launches(
     activations_swizzled: bool = False,
     sp_ops: tuple[set[str], set[str]] = (set(), set()),
     mxfp8_userbuffers: bool = False,
+    scale_inv_clone: bool = False,
+    late_transposes: frozenset[str] | set[str] = frozenset(),
 ) -> dict[str, tuple[float, float]]:
     """{op name: (forward, backward) launches} of a layer's ops, with the NaN fills' kernels where
     *fills* (`nan_fill.deterministic_fill_bytes`) names them, and FP8 training's quantization kernels
@@ -475,7 +485,9 @@ def layer_launches(
     `op_launches` (GroupedLinear's per-expert Python); *activations_swizzled*: MXFP8 activations quantized
     with GEMM-swizzled scales (TE v2.12 on, `mxfp8_swizzles`), but for *sp_ops* (ops fed by a TP all-gather,
     ops whose output gradient is all-gathered); *mxfp8_userbuffers*: MXFP8 under Megatron's --tp-comm-overlap,
-    where an op whose output gradient is all-gathered quantizes it twice, a Python call each (`ub_requantize`)."""
+    where an op whose output gradient is all-gathered quantizes it twice, a Python call each (`ub_requantize`);
+    *scale_inv_clone*: as `op_launches`; *late_transposes*: the ops whose backward transposes their saved FP8
+    input, a kernel of its own (TE before v2.0, a row-parallel Linear under SP: `TimeModel._late_transpose`)."""
     mla = any(op.name.rsplit(".", 1)[-1] == "kv_up" for op in ops)
     fed = norm_fed(ops) if fp8_recipe is not None else set()
     counts = {}
@@ -495,6 +507,7 @@ def layer_launches(
             python_step_share=python_step_share,
             weights_saved=weights_saved,
             swizzles=mxfp8_swizzles(activations_swizzled, op.name in sp_ops[0], op.name in sp_ops[1]),
+            scale_inv_clone=scale_inv_clone,
         )
         if mxfp8_userbuffers and op.name in sp_ops[1]:
             backward += ub_requantize(op)
@@ -502,6 +515,9 @@ def layer_launches(
             forward, backward = op.sequential * forward, op.sequential * backward
         if plain_share != 1.0 and plain(op, rope_fusion):  # counted in TE-module launches' worth
             forward, backward = plain_share * forward, plain_share * backward
+        if op.name in late_transposes and op.gemm is not None:  # `tex.fp8_transpose` of the saved input
+            _, _, n, _, fused = op.gemm
+            backward += n / fused
         if sp_transposes is not None:
             backward += sp_transpose_launches(op, op.name in sp_transposes[0], op.name in sp_transposes[1])
             if fp8_recipe == "delayed" and op.name in fed and op.name not in sp_transposes[0]:

@@ -327,6 +327,7 @@ class TimeModel:
             sdpa_backend=run.timing.sdpa_backend,
             te_attention_backend=run.timing.te_attention_backend,
             cudnn_release=run.timing.cudnn_version,
+            fp8_attention_recipe=run.timing.fp8_recipe if run.timing.fp8_dot_product_attention else None,
         )
         # The GEMMs FP8 training leaves in 16 bits (`Op.fp8`: the output layer, the router) run on these.
         self._kernels_16 = (
@@ -363,6 +364,8 @@ class TimeModel:
             attention_forward=self.kernels.attention_forward * sustained,
             attention_backward=self.kernels.attention_backward * sustained,
         )
+        # the attention of layers outside the FP8 context (`Op.fp8` false: timing.fp8_bf16_layers) in 16 bits
+        self._attention_16 = dataclasses.replace(self.kernels, fp8_attention=None)
         ceiling_16 = self._kernels_16.gemm_ceiling * self.device.layer_gemm_share
         self._kernels_16 = dataclasses.replace(self._kernels_16, gemm_ceiling=ceiling_16) if fp8 else self.kernels
         self._geometry = OpGeometry.from_run(run)
@@ -383,6 +386,13 @@ class TimeModel:
         # all-gather, and those whose output gradient's shard they quantize before its gather (`_te_sp_ops`)
         self._te_gathered: set[str] = set()
         self._te_scattered: set[str] = set()
+        # TE before v2.0 under SP: a row-parallel Linear casts its input alone forward and transposes the saved FP8
+        # copy backward (`releases.CHANGES["te_fp8_input_transposed_in_forward"]`; `_cast_bytes`)
+        self._te_late_transpose = (
+            framework == "megatron"
+            and run.timing.transformer_impl == "transformer_engine"
+            and not run.framework_release.holds("te_fp8_input_transposed_in_forward")
+        )
         self._fp8_weight_bytes = float8_weight_cast_bytes(run)
         self._configured = {name: normalized(run.switches(name)) for name in run.model_names}
         self._prices: dict[tuple[str, LayerKind], dict[str, OpPrice]] = {}
@@ -447,10 +457,12 @@ class TimeModel:
 
     def _titan_input_share(self, op: Op) -> float:
         """The op's share of its input's Float8 cast and copy: its columns of the fused GEMM where the linears
-        reading one tensor share them (compiled: CSE; Float8 TP: `PrepareFloat8ModuleInput`), else its own."""
+        reading one tensor share them (compiled: CSE; Float8 TP: `PrepareFloat8ModuleInput`), else its own,
+        one for each separate linear it holds (`Op.linears`: eager, wq and wk each cast the input,
+        `Float8Linear.forward` a module each)."""
         _, _, n, _, fused = op.gemm
         shared = self.run.timing.torch_compile or op.name in self._float8_gathered
-        return n / fused if shared else 1.0
+        return n / fused if shared else float(max(1, len(op.linears)))
 
     def _titan_wgrad_copies(self, op: Op) -> float:
         """HBM bytes of the weight gradient's operand copies under torchtitan's Float8 (`_titan_cast_bytes`):
@@ -518,13 +530,35 @@ class TimeModel:
             return quantize / self.run.parallel.tp + 2.0 * transpose
         if not gradient and op.name in self._te_gathered:  # its transpose in the backward (`_te_sp_transpose_bytes`)
             return share * quantize / self.run.parallel.tp
+        if not gradient and self._late_transpose(op):  # TE before v2.0: the transpose in the backward
+            return share * quantize
         return share * (quantize + transpose)
+
+    def _late_transpose(self, op: Op) -> bool:
+        """Whether a per-tensor FP8 GEMM op on Hopper transposes its saved input in the backward, as TE before
+        v2.0 did for a row-parallel Linear under SP (v1.10 linear.py `_Linear.forward`: `cast_to_fp8` unless
+        `not sequence_parallel`; `_Linear.backward`: `tex.fp8_transpose(inputmat_total, ...)`), where the newer
+        code's forward cast-transpose writes both copies in one kernel."""
+        return (
+            self._te_late_transpose
+            and op.gemm is not None
+            and op.gemm[3] == 1
+            and not op.sequential
+            and self._fp8_recipe in PER_TENSOR_RECIPES
+            and op.name in self._te_scattered
+            and op.name not in self._te_gathered
+            and op.name not in self._norm_fed
+            and 9.0 <= self.device.compute_capability < 10.0
+        )
 
     def _te_sp_transpose_bytes(self, op: Op) -> float:
         """HBM bytes per input element of the transpose a per-tensor FP8 GEMM fed by TE's FP8 all-gather
         makes on Hopper in its backward (`_cast_bytes`): layernorm_linear.py `_LayerNormLinear.backward`
         (v2.9) re-gathers the saved FP8 shard row-wise and calls `update_usage(columnwise_usage=True)`
         for the weight gradient, an FP8 transpose (read and write a byte) of its share of the rows."""
+        if op.gemm is not None and op.fp8 and self._late_transpose(op):  # TE before v2.0 (`_late_transpose`)
+            _, _, n, _, fused = op.gemm
+            return 2.0 * n / fused
         if op.name not in self._te_gathered or self._fp8_recipe not in PER_TENSOR_RECIPES or op.gemm is None:
             return 0.0
         if not 9.0 <= self.device.compute_capability < 10.0:
@@ -540,6 +574,7 @@ class TimeModel:
             return 0.0
         kernels = self.kernels
         if op.attention is not None:
+            kernels = kernels if op.fp8 else self._attention_16
             backward = phase != "forward"
             flops, traffic = (op.backward_flops, op.backward_bytes) if backward else (op.flops, op.bytes)
             carries_dq = op.name.endswith("flash_scores")  # its backward FLOPs hold dQ = dS·K
@@ -572,26 +607,28 @@ class TimeModel:
             if phase == "forward":
                 cast = self._cast_bytes(op, gradient=False)
                 c = tp if "forward" in chunks else 1
-                compute = each * share * c * kernels.gemm_compute_s(m / c, fused, k, groups, out) + rounds
+                compute = each * c * self._gemm_pass_s(op, kernels, "forward", m / c, groups, out) + rounds
                 weight_cast = self._weight_cast_bytes + (self._fp8_weight_bytes if op.fp8 else 0)
                 cast_bytes = weight_cast * op.weight_elements
+                # separate linears: each GEMM at its own bytes (`_gemm_pass_s`), FP8 operands at a byte
                 moved = (
                     kernels.score_memory_s(op.bytes, op.score_keys, False, op.score_head_dim)
                     if op.score_keys
-                    else kernels.memory_s(op.bytes)
+                    else kernels.memory_s(0.0 if op.linears else op.bytes)
                 )
                 quantized = self._quantize_s(cast * m * k * groups * each, kernels)
                 return max(compute, moved) + kernels.memory_s(cast_bytes + side_forward) + quantized
             half = (
                 kernels.score_memory_s(op.backward_bytes / 2, op.score_keys, True, op.score_head_dim)
                 if op.score_keys
-                else kernels.memory_s(op.backward_bytes / 2)
+                else kernels.memory_s(0.0 if op.linears else op.backward_bytes / 2)
             )
             c = tp if "dgrad" in chunks else 1
-            dgrad = max(each * share * c * kernels.gemm_compute_s(m / c, k, fused, groups, out) + rounds, half)
+            dgrad = max(each * c * self._gemm_pass_s(op, kernels, "dgrad", m / c, groups, out) + rounds, half)
             dgrad += self._quantize_s(self._cast_bytes(op, gradient=True) * m * n * groups * each, kernels)
             # a bias gradient reduced in its own kernel runs after the weight gradient (`_bias_passes`)
-            wgrad = max(each * share * kernels.gemm_compute_s(k, fused, m, groups, self._wgrad_bytes) + rounds, half)
+            wgrad_s = self._gemm_pass_s(op, kernels, "wgrad", m, groups, self._wgrad_bytes)
+            wgrad = max(each * wgrad_s + rounds, half)
             wgrad += kernels.memory_s(
                 side_backward
                 + self._accumulate_bytes * op.weight_elements
@@ -600,7 +637,9 @@ class TimeModel:
             )
             return {"backward": dgrad + wgrad, "dgrad": dgrad, "wgrad": wgrad}[phase]
         traffic = op.bytes if phase == "forward" else op.backward_bytes
-        if op.score_keys:  # an unfused attention core's pass over its scores
+        if op.te_quantize:
+            seconds = self._quantize_s(traffic, kernels)
+        elif op.score_keys:  # an unfused attention core's pass over its scores
             seconds = kernels.score_memory_s(traffic, op.score_keys, phase != "forward", op.score_head_dim)
         else:
             backward = phase != "forward"
@@ -610,6 +649,32 @@ class TimeModel:
             if legacy > 0:
                 seconds += kernels.elementwise_s(legacy, None, backward=backward, strided=True)
         return seconds if phase in ("forward", "backward") else seconds / 2
+
+    def _gemm_pass_s(self, op: Op, kernels: Kernels, phase: str, rows: float, groups: int, out: float) -> float:
+        """Seconds of a matmul op's GEMM kernels in one pass over *rows* rows a group: the forward (rows × k by
+        k × n), the input gradient ("dgrad": rows × n by n × k) or the weight gradient ("wgrad": k × rows by
+        rows × n), *out* bytes an output element. Where the framework runs the op's columns as separate
+        linears (`Op.linears`: torchtitan's wq, wk, wv, w1, w3) each is its own GEMM at its own width, with its
+        own waves and fixed time, and its own HBM floor (`Kernels.gemm_s`): each reads the whole input (a
+        narrow one, wk or wv at n = 128 under TP 8, moves ~2 bytes of input per 2·n FLOPs, below Hopper's
+        ridge); else the op's share n / fused n of the one GEMM it is part of (Megatron's linear_qkv,
+        linear_fc1), its bytes the op's (`_phase_s`)."""
+        assert op.gemm is not None
+        _, k, n, _, fused = op.gemm
+        shapes = {
+            "forward": lambda width: (rows, width, k),
+            "dgrad": lambda width: (rows, k, width),
+            "wgrad": lambda width: (k, width, rows),
+        }[phase]
+        if not op.linears:
+            return n / fused * kernels.gemm_compute_s(*shapes(fused), groups, out)
+        operand = 1.0 if self.run.timing.matmul_dtype == "fp8" and op.fp8 else self.run.training.dtype_bytes
+        seconds = 0.0
+        for width in op.linears:
+            a, b, inner = shapes(width)
+            traffic = groups * ((a + b) * inner * operand + a * b * out)  # two operands read, the output written
+            seconds += max(kernels.gemm_compute_s(a, b, inner, groups, out), kernels.memory_s(traffic))
+        return seconds
 
     def _quantize_s(self, traffic: float, kernels: Kernels) -> float:
         """Seconds of an FP8 GEMM operand's quantization (`_cast_bytes`'s HBM bytes): TransformerEngine's
@@ -1109,6 +1174,11 @@ class TimeModel:
                     activations_swizzled=run.framework_release.holds("te_mxfp8_activations_swizzled"),
                     sp_ops=(self._te_gathered, self._te_scattered),
                     mxfp8_userbuffers=self._fp8_recipe == "mxfp8" and self._userbuffers_on(),
+                    # TE before v1.11 copies each FP8 module's scale-inverses every forward (`SCALE_INV_CLONE`)
+                    late_transposes={op.name for op in ops if op.fp8 and self._late_transpose(op)},
+                    scale_inv_clone=self._fp8_recipe is not None
+                    and run.timing.transformer_impl == "transformer_engine"
+                    and not run.framework_release.holds("te_fp8_scale_inv_with_data"),
                     # per-tensor FP8 on Hopper: the transposes after TE's SP all-gathers (`_te_sp_ops`)
                     sp_transposes=(self._te_gathered, self._te_scattered)
                     if self._fp8_recipe in PER_TENSOR_RECIPES and 9.0 <= self.device.compute_capability < 10.0
