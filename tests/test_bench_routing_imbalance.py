@@ -17,18 +17,17 @@ def natural(bench):
 
 
 def test_the_natural_routing_rows_and_their_bounds(bench, natural):
-    # the card rows without --moe-router-force-load-balancing and with EP: the four pretrain MoE entries and one
-    # functional entry (Qwen3 8B is dense; the performance entries force balance). The routing's bound
-    # ep·min(k, E/ep)/k: Qwen3 30B-A3B 128 experts top 8 over 16: 16·8/8 = 16; GPT-OSS 120B 128 top 4 over 16:
-    # 16·4/4 = 16; Moonlight 64 top 6 over 8: 8·6/6 = 8; GPT-OSS 20B 32 top 4 over 4: 4·4/4 = 4; the functional
-    # card's Qwen3 30B-A3B MXFP8 entry, 128 top 8 over 8: 8·min(8, 16)/8 = 8
-    bounds = {name.split(" BF16")[0].removeprefix("Megatron-Bridge card "): bench.routing_bound(row)
-              for name, row in natural.items()}  # fmt: skip
+    # the card rows without --moe-router-force-load-balancing and with EP: the pretrain MoE entries (Qwen3 8B is
+    # dense; the performance entries force balance). The routing's bound ep·min(k, E/ep)/k: Qwen3 30B-A3B 128
+    # experts top 8 over 16: 16·8/8 = 16, over 8 (GB200): 8·8/8 = 8; GPT-OSS 120B 128 top 4 over 16: 16·4/4 = 16;
+    # Moonlight 64 top 6 over 8: 8·6/6 = 8; GPT-OSS 20B 32 top 4 over 4: 4·4/4 = 4
+    card = "Megatron-Bridge card "
+    bounds = {name.removeprefix(card): bench.routing_bound(row) for name, row in natural.items()}
     assert bounds == {
-        "Qwen3 30B-A3B": 16.0,
-        "GPT-OSS 120B": 16.0,
-        "Moonlight 16B-A3B": 8.0,
-        "GPT-OSS 20B": 4.0,
+        "Qwen3 30B-A3B BF16 EP16 HybridEP natural routing (16 H100)": 16.0,
+        "GPT-OSS 120B BF16 TP2 PP4 EP16 natural routing (64 H100)": 16.0,
+        "Moonlight 16B-A3B BF16 EP8 HybridEP EP-overlap natural routing (16 H100)": 8.0,
+        "GPT-OSS 20B BF16 TP2 PP4 EP4 natural routing (16 H100)": 4.0,
         "Qwen3 30B-A3B MXFP8 EP8 HybridEP EP-overlap FP8 attention natural routing (8 GB200)": 8.0,
     }
     # the paper's Table 2 MaxVio_global figures (arXiv 2408.15664 v1 §4.2): 0.04 loss-free, 0.52 / 0.72 aux loss
