@@ -217,6 +217,22 @@ def test_a_torchtitan_solve_says_which_setting_it_is_at() -> None:
             assert step.message.startswith(at + ":"), (at, step)
 
 
+def test_a_megatron_solve_says_which_setting_it_is_at() -> None:
+    """The same for Megatron-Core's settings, solved beside a plan mixing options: each named as it starts."""
+    layers = runnable(layer_set([_body("BODY_0", 8)]), op=False)
+    problem = BalanceInput(layers, 2, 4, 2, 70.0, schedule="interleaved", framework="megatron")  # 4 settings tried
+    steps: list[Progress] = []
+    solve(problem, progress=steps.append)
+    started = [step.message for step in steps if step.phase == "setting_start"]
+    assert started and started[0].startswith(f"Megatron-Core setting 1 of {len(started)}, ")
+    at = ""
+    for step in steps:
+        if step.phase == "setting_start":
+            at = step.message
+        elif at and step.phase not in ("megatron", "done"):
+            assert step.message.startswith(at + ":"), (at, step)
+
+
 def test_a_probing_says_how_far_it_is(monkeypatch: pytest.MonkeyPatch) -> None:
     """Probing solved thousands of relaxations (5,292 in 13 CPU s for one setting) with no step told: it now
     tells its count against its work limit and the stage choices left, every `TELL_EVERY` relaxations (each

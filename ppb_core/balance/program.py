@@ -606,21 +606,23 @@ def _megatron(
     stopped = cut = False
     # Full recompute last: it is rarely the fastest, and then its search stops as soon as it is proven
     # no faster than a setting before it. Ties go to the setting listed first, whatever the order.
-    for index in sorted(range(len(candidates)), key=lambda i: candidates[i].name == "full"):
+    for number, index in enumerate(sorted(range(len(candidates)), key=lambda i: candidates[i].name == "full"), 1):
         setting = candidates[index]
+        at = report.within(f"Megatron-Core setting {number} of {len(candidates)}, {setting.describe()}")
         # a setting proven no faster than the best so far is not searched further: it would not be taken
         cutoff = best[0] if best is not None else beat
         if clock.out:
             solution.notes.append("Megatron-Core's settings: stopped by the time limit")
             stopped = True
             break
+        at("setting_start")
         found = _solve(
             problem,
             Catalogue(problem, setting, ListingBudget(shared.listing_work, clock)),
             exact,
             shared,
             clock,
-            report,
+            at,
             tie_break=True,
             setting=setting,
             cutoff=cutoff,
