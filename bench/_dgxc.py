@@ -358,6 +358,7 @@ def _deepseek_nemo2_run(name: str, device: str, gpus: int, parallel: dict[str, i
             "recompute": {"granularity": "selective", "modules": list(modules)},
             "moe": {
                 "capacity_factor": 1.0,
+                "pad_to_capacity": True,
                 "router_dtype": "fp32",
                 "permute_fusion": True,
                 "router": {

@@ -2,6 +2,7 @@
 
     python bench/decompose.py [ROW ...]
     python bench/decompose.py --alone ROW ...
+    python bench/decompose.py --side ROW ...
     PPB_MEGATRON_LM=DIR python bench/decompose.py --ci FAMILY/CASE@GPU ...
 
 ROW: a substring of a row's name in bench/public_runs.py, its 177B strong-scaling points included
@@ -41,6 +42,12 @@ ops' kinds, `kernel_seconds`), and under a pipeline the compute and its bubble s
 schedule's idle time is the other stages' compute); a factor that is about the same over many rows points
 at that class's rate, one that varies from row to row does not (docs/timing.md, torchtitan, session 25).
 
+With `--side ROW ...`, the matching rows side by side, one column each (in the order matched): each
+class's seconds, ppb's, the measured and their difference, then between each column and the next what
+each grew by per unit of cp (`growth_per_cp`; per row when cp is the same): for rows that differ in cp
+alone with the tokens a rank keeps, e.g. torchtitan's Table 2, each class's growth per added ring step
+beside the measured growth (docs/timing.md, torchtitan, session 30).
+
 Last, Megatron CI's two GPT 7B cases run on H100 and on A100 (golden values of one commit): the
 measured minus ours in seconds on each GPU. A gap that scales with a GPU's speed (a kernel class
 running slower than ours) is larger on the A100; a gap of the same seconds on both is time that
@@ -57,6 +64,7 @@ import math
 import sys
 from collections import defaultdict
 from dataclasses import dataclass
+from itertools import pairwise
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -263,6 +271,49 @@ def report_alone(rows: list[PublicRun]) -> None:
     print()
 
 
+def growth_per_cp(
+    columns: list[tuple[int, dict[str, float], float, float]],
+) -> list[dict[str, float]]:
+    """For consecutive (cp, seconds by class, ppb's seconds, measured seconds) columns, what each class,
+    "ppb" and "measured" grew by from one column to the next, over the cp they grew by (over 1 when
+    the two share a cp); a class missing from a column counts 0 there."""
+    steps = []
+    for (cp_a, parts_a, ppb_a, measured_a), (cp_b, parts_b, ppb_b, measured_b) in pairwise(columns):
+        unit = cp_b - cp_a if cp_b != cp_a else 1
+        grown = {name: (parts_b.get(name, 0.0) - parts_a.get(name, 0.0)) / unit for name in {*parts_a, *parts_b}}
+        grown["ppb"] = (ppb_b - ppb_a) / unit
+        grown["measured"] = (measured_b - measured_a) / unit
+        steps.append(grown)
+    return steps
+
+
+def report_side(rows: list[PublicRun]) -> None:
+    """Print *rows* side by side (module docstring, `--side`)."""
+    columns = []
+    for row in rows:
+        run = config(row)
+        classes, seconds = decompose_run(run, row.name)
+        columns.append(
+            (run.parallel.cp, {name: share.seconds for name, share in classes.items()}, seconds, row.seconds)
+        )
+    names = sorted(
+        {name for _, parts, _, _ in columns for name in parts}, key=lambda name: -columns[-1][1].get(name, 0)
+    )
+    for i, row in enumerate(rows):
+        print(f"  [{i}] {row.name}")
+    print(f"  {'seconds':38s}" + "".join(f"{f'[{i}]':>9s}" for i in range(len(rows))), end="")
+    print("".join(f"{f'[{i}]->[{i + 1}]':>11s}" for i in range(len(rows) - 1)), " (growth per unit of cp)")
+    steps = growth_per_cp(columns)
+    lines = [(name, [parts.get(name, 0.0) for _, parts, _, _ in columns]) for name in names]
+    lines += [("ppb", [c[2] for c in columns]), ("measured", [c[3] for c in columns])]
+    for name, values in lines:
+        growth = "".join(f"{step[name]:11.3f}" for step in steps)
+        print(f"  {name[:38]:38s}" + "".join(f"{value:9.3f}" for value in values) + growth)
+    gaps = [c[3] - c[2] for c in columns]
+    print(f"  {'measured minus ppb':38s}" + "".join(f"{gap:9.3f}" for gap in gaps))
+    print()
+
+
 def report(row: PublicRun) -> None:
     report_run(config(row), row.name, row.seconds)
 
@@ -436,8 +487,15 @@ def main(argv: list[str]) -> int:
             report_run(*ci_case(spec))
         return 0
     alone = argv[:1] == ["--alone"]
-    wanted = (argv[1:] if alone else argv) or list(DEFAULT_ROWS)
+    side = argv[:1] == ["--side"]
+    wanted = (argv[1:] if alone or side else argv) or list(DEFAULT_ROWS)
     rows = public_runs() + strong_scaling_runs()
+    if side:  # the matching rows' classes side by side, with their growth per unit of cp
+        matches = [row for pattern in wanted for row in rows if pattern in row.name]
+        if not matches:
+            raise SystemExit(f"bench/decompose.py: no row of bench/public_runs.py matches {wanted!r}")
+        report_side(matches)
+        return 0
     if alone:  # each matching row's one-class factors
         matches = [row for row in rows if any(pattern in row.name for pattern in wanted)]
         if not matches:

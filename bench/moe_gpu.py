@@ -248,7 +248,7 @@ def token_drop_raw(row: PublicRun, precision: str) -> dict:
     if drop.vp is not None:
         raw["parallel"]["vpp"] = drop.vp
     raw["device"]["host_kernel_us"] = 0.0
-    raw["training"]["moe"]["capacity_factor"] = 1.0
+    raw["training"]["moe"].update(capacity_factor=1.0, pad_to_capacity=True)  # MegatronTokenDropCallback's
     raw["parallel"].pop("overlap_moe_expert_parallel_comm", None)
     raw["timing"]["delay_wgrad_compute"] = False
     raw["timing"]["fp8_param_gather"] = False

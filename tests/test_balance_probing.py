@@ -17,12 +17,13 @@ import pytest
 from hypothesis import HealthCheck, event, given, settings
 from test_balance_optimality import exhaustive, instances
 
+from ppb_core.balance.bounds import least_max_work
 from ppb_core.balance.choice_model import ChoiceModel, time_unit
 from ppb_core.balance.choices import Catalogue
 from ppb_core.balance.plan import Plan, empty_counts, freeze
 from ppb_core.balance.probing import MARGIN, PathRelaxation, probe
 from ppb_core.balance.problem import BalanceInput
-from ppb_core.balance.program import choices_within, solve
+from ppb_core.balance.program import _cutoff_proven, choices_under, choices_within, solve, work_limit
 from ppb_core.balance.progress import Clock
 from ppb_core.payload.sapp import layer_set
 from ppb_core.schedules import canonical, simulate
@@ -49,6 +50,35 @@ def test_probing_never_proves_a_value_some_plan_beats(instance) -> None:
     assert at.bound <= optimum * (1 + 1e-9)
     if at.proven:
         assert at.cutoff == pytest.approx(optimum * (1 - MARGIN), rel=1e-12)
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(instance=instances())
+def test_a_cutoff_is_proven_over_the_choices_within_it_only_when_no_plan_beats_it(instance) -> None:
+    """A solve with a setting to beat (`_megatron`, `_torchtitan`) first tries to prove that no plan beats it,
+    over the choices listed for its start plan that a plan that fast can use (`choices_under`, session 30: the
+    every N-th block settings of Llama-3.1-8B PP 2 × 4 chunks proved in ~10 relaxations where 1,600 were
+    spent), those within its `work_limit`; a cutoff the exhaustive optimum beats is never proven."""
+    descriptions, stages, chunks, micro_batches, memory = instance
+    optimum = exhaustive(descriptions, stages, chunks, micro_batches, memory)
+    if math.isinf(optimum):
+        return
+    problem = BalanceInput(layer_set(descriptions), stages, micro_batches, chunks, memory)
+    start = optimum * 1.25 + 1.0  # a start plan's time: the choices listed for it
+    listed = choices_within(problem, Catalogue(problem), start, closed_form=False)
+    busiest = least_max_work(problem, listed, time_unit(problem), math.inf, 10**9, Clock(60))
+    for value in (optimum * 1.02, optimum * 0.98):
+        # each kept choice is one a plan worth *value* may use by `work_limit`; every choice dropped is not
+        limit = work_limit(problem, value, closed_form=False)
+        kept = choices_under(problem, listed, value)
+        for s, (stage, within) in enumerate(zip(listed, kept, strict=True)):
+            works = {id(c): problem.fixed_work(s) + sum(x.forward + x.backward for x in c.cells) for c in stage}
+            assert all(works[id(c)] <= limit * (1 + 1e-9) for c in within)
+            assert all(works[id(c)] > limit for c in stage if all(c is not k for k in within))
+    # above the optimum (by more than the proof's margin): a plan beats it, never proven
+    assert not _cutoff_proven(problem, listed, optimum * 1.02, busiest, (), 10_000, Clock(60))
+    proven = _cutoff_proven(problem, listed, optimum * 0.98, busiest, (), 10_000, Clock(60))
+    event(f"P={stages} V={chunks}: 2% below the optimum {'proven' if proven else 'not proven'}")
 
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -4,6 +4,7 @@ stays in the SAPP files (and a balance of one, which has no other unit) and in `
 from __future__ import annotations
 
 import json
+import pickle
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +22,7 @@ from ppb_core.model.switches import LayerType
 from ppb_core.model.walk import walk
 from ppb_core.payload.sapp import layer_set, read_sapp_file
 from ppb_core.timing.pricer import TimeModel
+from ppb_core.units import TimedNote
 
 CONFIGS = Path(__file__).parent.parent / "configs"
 DATA = Path(__file__).parent / "data"
@@ -72,6 +74,24 @@ def test_every_time_is_renamed_and_scaled_by_hand() -> None:
     assert out["time_unit_s"] == unit and out["status"] == "optimal" and out["gap"] == 0.0
     assert not {key.rsplit(".", 1)[-1] for key in _keys(out)} & RELATIVE
     assert list(out)[:3] == ["status", "objective", "objective_s"]  # each in its place
+
+
+def test_a_notes_times_are_said_in_seconds_by_hand() -> None:
+    """The solver's notes kept the balancer's relative unit in a run config's JSON ("bound 443.301", session 29's
+    report): a note with times says them in seconds once the unit is known, and stays as solved otherwise."""
+    unit = 0.004
+    note = TimedNote("probing: 3166 relaxations, 4 rounds, proven, bound {}", 466.17)
+    assert note == "probing: 3166 relaxations, 4 rounds, proven, bound 466.17"  # the descriptions' unit
+    # 466.17 × 0.004 = 1.86468 s, said to the tenth of a millisecond
+    assert note.seconds(unit) == "probing: 3166 relaxations, 4 rounds, proven, bound 1.8647 s"
+    assert pickle.loads(pickle.dumps(note)).seconds(unit) == note.seconds(unit)  # a search's workers
+    # the settings' note `balance.result` shows after its colon (`megatron.no_alternative`)
+    why = TimedNote("Megatron-Core's settings: none faster than {}, another MTP placement's", 250.0)
+    assert why.after(": ").seconds(unit) == "none faster than 1.0000 s, another MTP placement's"  # 250 × 0.004
+    result = {"solver": {"notes": [note, "tie-break: recomputed layers 7"]}, "megatron": {"no_alternative": why}}
+    out = in_seconds(result, unit)
+    assert out["solver"]["notes"] == [note.seconds(unit), "tie-break: recomputed layers 7"]
+    assert out["megatron"]["no_alternative"] == why.seconds(unit)
 
 
 def shipped(name: str, folder: Path) -> Path:
@@ -126,6 +146,21 @@ def test_a_plan_from_a_run_config_is_in_seconds(llama_plan: dict[str, Any]) -> N
     assert llama_plan["simulated_time_s"] == pytest.approx(breakdown["compute"] + breakdown["bubble"], rel=1e-6)
 
 
+def test_a_plans_notes_from_a_run_config_are_in_seconds(llama_plan: dict[str, Any]) -> None:
+    # the closed form's least busiest stage, as the note says it, in seconds: no plan's busiest stage works
+    # less per micro-batch than it
+    notes = llama_plan["solver"]["notes"]
+    (closed,) = [note for note in notes if note.startswith("closed form: ")]
+    busiest_s = float(closed.rsplit("least busiest stage ", 1)[1].removesuffix(" s"))
+    # (`stage_time_s`: per micro-batch); and it holds a layer's forward at least, one unit, whose seconds are
+    # `time_unit_s`: in the unit itself the note said more than the busiest stage's seconds (llama3-8b: 27.2 units)
+    assert llama_plan["time_unit_s"] <= busiest_s <= max(llama_plan["stage_time_s"]) * (1 + 1e-3)
+    (probing,) = [note for note in notes if note.startswith("probing: ")]
+    # a proven probing's bound is the plan's critical path (less its 5e-7 margin), in seconds to 4 decimals
+    if ", proven, " in probing:
+        assert probing.endswith(f"bound {llama_plan['objective_s']:,.4f} s")
+
+
 def test_a_plan_from_a_layers_file_keeps_the_files_unit(capsys: pytest.CaptureFixture[str]) -> None:
     # demo.json's times have no unit ppb knows: the plain keys, no `_s`, no `time_unit_s`
     code = main(["balance", str(DATA / "demo.json"), "-s", "16", "-mb", "16", "-i", "2", "-t", "5", "--json", "-q"])
@@ -133,6 +168,9 @@ def test_a_plan_from_a_layers_file_keeps_the_files_unit(capsys: pytest.CaptureFi
     assert code == 0
     assert "time_unit_s" not in result and "stage_time" in result and "stage_time_s" not in result
     assert all("time" in row and "time_s" not in row for row in result["stages"])
+    # and its notes keep the file's unit: a number, no "s"
+    (closed,) = [note for note in result["solver"]["notes"] if note.startswith("closed form: ")]
+    assert not closed.endswith(" s") and float(closed.rsplit(" ", 1)[1]) > 0
 
 
 def test_progress_lines_give_seconds_once_the_unit_is_known() -> None:

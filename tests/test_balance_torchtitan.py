@@ -6,20 +6,21 @@ from __future__ import annotations
 import itertools
 import json
 import math
+import re
 import tomllib
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from ppb_core.balance import program
+from ppb_core.balance import probing, program
 from ppb_core.balance.choices import Catalogue, ListingBudget
 from ppb_core.balance.local import reoptioned
 from ppb_core.balance.megatron import Setting
 from ppb_core.balance.plan import Plan, empty_counts, freeze
 from ppb_core.balance.problem import BalanceInput
 from ppb_core.balance.program import solve
-from ppb_core.balance.progress import Clock, Reporter, WorkLimits
+from ppb_core.balance.progress import Clock, Progress, Reporter, WorkLimits
 from ppb_core.balance.torchtitan_import import import_torchtitan
 from ppb_core.balance.torchtitan_plan import activation_checkpoint, module_fqns, torchtitan, torchtitan_lines
 from ppb_core.balance.torchtitan_settings import EveryNth, runnable, settings
@@ -188,6 +189,71 @@ def test_every_nth_across_chunks_is_not_searched_when_no_none_plan_could_lose(
     skipped = any("not searched" in note and "`_none_floor`" in note for note in pruned.notes)
     assert skipped == (memory == 1000.0)
     assert pruned.setting == (Setting("none") if memory == 1000.0 else EveryNth("every", 3))
+
+
+def test_a_torchtitan_solve_says_which_setting_it_is_at() -> None:
+    """A torchtitan balance tries up to 30 settings (Llama-3.1-8B PP 2 × 4 chunks at 55000 MB: 46 CPU s) and
+    printed their results as `megatron:` lines, its solves' steps with no word of whose they were: each
+    setting now starts with a step naming it (k of n), its solve's steps say it, its result is `torchtitan:`."""
+    layers = runnable(layer_set([_body("BODY_0", 8)]), op=False)
+    problem = BalanceInput(layers, 2, 4, 2, 95.0, schedule="interleaved", framework="torchtitan")
+    steps: list[Progress] = []
+    solution = solve(problem, progress=steps.append)
+    assert solution.setting == EveryNth("every", 3)
+    started = [step.message for step in steps if step.phase == "setting_start"]
+    # none, full and every N-th for N = 2.. (8 blocks over 2 ranks: a rank's count up to 8): numbered in order
+    total = len(started)
+    assert total >= 3 and all(f" of {total}, " in text for text in started)
+    assert [int(text.split(" of ")[0].rsplit(" ", 1)[1]) for text in started] == list(range(1, total + 1))
+    assert started[0] == f"torchtitan setting 1 of {total}, no recompute"
+    assert "megatron" not in {step.phase for step in steps}
+    assert any(step.message.startswith("every 3rd block") for step in steps if step.phase == "torchtitan")
+    # between one setting's start and the next, its solve's steps carry its name
+    at = ""
+    for step in steps:
+        if step.phase == "setting_start":
+            at = step.message
+        elif at and step.phase not in ("torchtitan", "done"):
+            assert step.message.startswith(at + ":"), (at, step)
+
+
+def test_a_megatron_solve_says_which_setting_it_is_at() -> None:
+    """The same for Megatron-Core's settings, solved beside a plan mixing options: each named as it starts."""
+    layers = runnable(layer_set([_body("BODY_0", 8)]), op=False)
+    problem = BalanceInput(layers, 2, 4, 2, 70.0, schedule="interleaved", framework="megatron")  # 4 settings tried
+    steps: list[Progress] = []
+    solve(problem, progress=steps.append)
+    started = [step.message for step in steps if step.phase == "setting_start"]
+    assert started and started[0].startswith(f"Megatron-Core setting 1 of {len(started)}, ")
+    at = ""
+    for step in steps:
+        if step.phase == "setting_start":
+            at = step.message
+        elif at and step.phase not in ("megatron", "done"):
+            assert step.message.startswith(at + ":"), (at, step)
+
+
+def test_a_probing_says_how_far_it_is(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Probing solved thousands of relaxations (5,292 in 13 CPU s for one setting) with no step told: it now
+    tells its count against its work limit and the stage choices left, every `TELL_EVERY` relaxations (each
+    one here). Nothing depends on it: the plan is the same."""
+    layers = runnable(layer_set([_body("BODY_0", 8)]), op=False)
+    problem = BalanceInput(layers, 2, 4, 2, 95.0, schedule="interleaved", framework="torchtitan")
+    quiet = solve(problem)
+    monkeypatch.setattr(probing, "TELL_EVERY", 1)
+    steps: list[Progress] = []
+    told = solve(problem, progress=steps.append)
+    assert told.plan is not None and quiet.plan is not None and told.plan.counts == quiet.plan.counts
+    said = [step.message.rsplit(": ", 1)[1] for step in steps if step.phase == "probing"]
+    assert said
+    pattern = re.compile(
+        r"([\d,]+) of at most ([\d,]+) relaxations, round (\d+), ([\d,]+) of ([\d,]+) stage choices left"
+    )
+    for text in said:
+        found = pattern.fullmatch(text)
+        assert found, text
+        solved, most, _, left, listed = (int(group.replace(",", "")) for group in found.groups())
+        assert 1 <= solved <= most and 0 <= left <= listed
 
 
 def test_every_nth_is_not_searched_where_n_blocks_on_a_rank_lose_to_the_best_plan(

@@ -207,3 +207,40 @@ def test_offloaded_layers_reload_waits_are_their_own_class(bench):
     classes, seconds = bench.decompose_run(slow, "slow link")  # asserts layers, compute and total add up
     assert classes["offload reloads (waits)"].seconds == pytest.approx(2 * 4 * (50.176 - backward_ms / 1e3), rel=1e-9)
     assert sum(share.seconds for share in classes.values()) == pytest.approx(seconds, rel=1e-9)
+
+
+def test_growth_per_cp_by_hand(bench):
+    # columns (cp, classes, ppb, measured); a class absent from a column counts 0 there:
+    # cp 1 -> 2: a (3 − 1)/1 = 2, b (0 − 2)/1 = −2, ppb (5 − 3) = 2, measured (7 − 4) = 3;
+    # cp 2 -> 4: a 0, c (1 − 0)/2 = 0.5, ppb (6 − 5)/2 = 0.5, measured (13 − 7)/2 = 3;
+    # cp 4 -> 4 (same cp): per row, a (5 − 3)/1 = 2
+    columns = [
+        (1, {"a": 1.0, "b": 2.0}, 3.0, 4.0),
+        (2, {"a": 3.0}, 5.0, 7.0),
+        (4, {"a": 3.0, "c": 1.0}, 6.0, 13.0),
+        (4, {"a": 5.0, "c": 1.0}, 6.0, 13.0),
+    ]
+    first, second, third = bench.growth_per_cp(columns)
+    assert first == {"a": 2.0, "b": -2.0, "ppb": 2.0, "measured": 3.0}
+    assert second == {"a": 0.0, "c": 0.5, "ppb": 0.5, "measured": 3.0}
+    assert third == {"a": 2.0, "c": 0.0, "ppb": 0.0, "measured": 0.0}
+
+
+def test_table_2_attention_grows_by_one_ring_step_a_unit_of_cp(bench):
+    # torchtitan's Table 2 keeps 32768 tokens a rank (s = 32768·cp): each ring step PyTorch adds
+    # (`_templated_ring_attention`, torch 2.6.0 and 2.13: i <= rank, L × L/2; i > rank, L/2 × L) is
+    # L²/2 (query, key) pairs, the CP1 row's causal L × L call's, at flat rates (16k-32k keys), so
+    # ppb's attention at cp is cp times CP1's (within the rates' 1%) and grows by CP1's a unit of cp
+    rows = {row.name: row for row in bench.public_runs() if row.name.startswith("torchtitan 8B FSDP")}
+    cp1, cp4, cp8 = (
+        rows[f"torchtitan 8B {label} (8 H100)"]
+        for label in ("FSDP8 CP1 s32768", "FSDP2 CP4 s131072", "FSDP1 CP8 s262144")
+    )
+    columns = []
+    for row, cp in ((cp1, 1), (cp4, 4), (cp8, 8)):
+        classes, seconds = bench.decompose(row)
+        columns.append((cp, {name: share.seconds for name, share in classes.items()}, seconds, row.seconds))
+    one = columns[0][1]["attention"]
+    for grown in bench.growth_per_cp(columns):
+        assert grown["attention"] == pytest.approx(one, rel=0.01)
+        assert grown["GEMMs"] == pytest.approx(0.0, abs=1e-9)  # the same 32768 tokens a rank at every cp

@@ -74,7 +74,7 @@ def test_the_token_dropping_settings(bench, rows):
     assert (raw["training"]["micro_batch_size"], raw["training"]["micro_batches"]) == (2, 32)
     assert raw["parallel"]["vpp"] == 24
     assert rows[H100_ROW].raw["training"]["micro_batch_size"] == 1
-    assert raw["training"]["moe"]["capacity_factor"] == 1.0
+    assert raw["training"]["moe"]["capacity_factor"] == 1.0 and raw["training"]["moe"]["pad_to_capacity"]
     assert raw["device"]["host_kernel_us"] == 0.0
     assert raw["timing"]["matmul_dtype"] == "bf16"
     assert "overlap_moe_expert_parallel_comm" not in raw["parallel"]

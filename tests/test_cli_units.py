@@ -8,8 +8,10 @@ import re
 from pathlib import Path
 
 import pytest
+from rich.console import Console
 
 from ppb_core.cli.balance import render
+from ppb_core.cli.estimate import print_iteration
 from ppb_core.cli.main import main
 from ppb_core.cli.plan import wall_time
 from ppb_core.units import counted
@@ -24,6 +26,26 @@ def test_the_estimate_stage_table_says_its_memory_unit(capsys: pytest.CaptureFix
     text = capsys.readouterr().out
     title = next(line for line in text.splitlines() if "Stages (" in line)
     assert "MB" in title, title
+
+
+def test_a_part_of_the_iteration_rounding_to_zero_prints_no_minus_sign() -> None:
+    """A PP 1 run's bubble came out of the schedule as -1e-12 s and printed "-0.0000" seconds, "-0.0%" of
+    the iteration (Megatron-LM's examples/llama/train_llama3_8b_h100_fp8.sh imported, `ppb estimate`)."""
+    console = Console(width=200, record=True)
+    breakdown = {"compute": 8.7416, "bubble": -1e-12, "dp_communication": 0.0196}
+    iteration = {
+        "framework": "megatron",
+        "seconds": 8.7612,
+        "tokens_per_second_per_device": 14_899.0,
+        "mfu": 0.775,
+        "hfu": 0.775,
+        "tokens": 1_048_576,
+        "devices": 8,
+        "breakdown": breakdown,
+    }
+    print_iteration(console, iteration)
+    bubble = next(line for line in console.export_text().splitlines() if "bubble" in line)
+    assert "-" not in bubble and "0.0000" in bubble and "0.0%" in bubble, bubble
 
 
 def test_the_balance_closed_form_is_in_seconds(capsys: pytest.CaptureFixture[str]) -> None:

@@ -426,18 +426,33 @@ def test_random_bad_values_give_one_line_naming_the_field(field, value):
 
 def test_routing_follows_megatrons_capacity_factor():
     # Megatron drops tokens exactly when --moe-expert-capacity-factor is set (moe_utils.py get_capacity):
-    # a capacity factor alone means dropping, and bounds the busiest rank's rows at that factor
+    # a capacity factor alone means dropping. Unpadded (Megatron's default) a rank receives what its
+    # experts keep (token_dispatcher.py preprocess, d98e8a64: num_out_tokens = the kept count): balanced
+    # routing, 1.0 of its share under a factor of 1.25
     dropping = parse_run_config(_raw(training__moe={"capacity_factor": 1.25}), "run.yaml")
-    assert not dropping.training.moe.dropless and dropping.training.moe.routed_share == 1.25
+    assert not dropping.training.moe.dropless and dropping.routed_share == 1.0
+    # padded (--moe-pad-expert-input-to-capacity, drop_and_pad: capacity · experts rows from each source), 1.25
+    padded = parse_run_config(_raw(training__moe={"capacity_factor": 1.25, "pad_to_capacity": True}), "run.yaml")
+    assert padded.routed_share == 1.25 and padded.training.moe.routed_share == 1.25
+    # a capacity factor below 1 drops even balanced routing's tokens: 0.8 of the share
+    assert parse_run_config(_raw(training__moe={"capacity_factor": 0.8}), "run.yaml").routed_share == 0.8
+    # an imbalance beside an unpadded capacity is capped by it: min(1.3, 1.25) = 1.25; min(1.1, 1.25) = 1.1
+    capped = parse_run_config(_raw(training__moe={"capacity_factor": 1.25, "dropless_imbalance": 1.3}), "run.yaml")
+    assert capped.routed_share == 1.25
+    below = parse_run_config(_raw(training__moe={"capacity_factor": 1.25, "dropless_imbalance": 1.1}), "run.yaml")
+    assert below.routed_share == 1.1
     # dropless routing (the default) charges the stated imbalance of the busiest rank, 1.0 unless stated
     assert parse_run_config(_raw(), "run.yaml").training.moe.routed_share == 1.0
     imbalanced = parse_run_config(_raw(training__moe={"dropless_imbalance": 1.3}), "run.yaml")
     assert imbalanced.training.moe.routed_share == 1.3
-    # a capacity factor with dropless routing, or an imbalance beside a capacity, is refused in one line
+    # refused in one line: a capacity factor with dropless routing, padding without one (Megatron asserts
+    # moe_expert_capacity_factor is not None), an imbalance beside padding
     error = _error(_raw(training__moe={"dropless": True, "capacity_factor": 1.25}))
     assert error.field == "training.moe" and "no capacity factor" in error.problem
-    error = _error(_raw(training__moe={"capacity_factor": 1.25, "dropless_imbalance": 1.3}))
-    assert "ppb charges the capacity" in error.problem
+    error = _error(_raw(training__moe={"pad_to_capacity": True}))
+    assert error.field == "training.moe" and "needs a capacity_factor" in error.problem
+    error = _error(_raw(training__moe={"capacity_factor": 1.25, "pad_to_capacity": True, "dropless_imbalance": 1.3}))
+    assert error.field == "training.moe" and "exactly its capacity" in error.problem
 
 
 def test_routed_share_bound_follows_the_routing_settings():
@@ -459,12 +474,62 @@ def test_routed_share_bound_follows_the_routing_settings():
     run = parse_run_config(raw, "run.yaml")
     assert run.routed_share == 4.0
     assert MemorySetup.from_run(run).routing_factor == 4.0
-    # a dense model has nothing to bound; beside a capacity factor the word is refused in one line
+    # a dense model has nothing to bound; beside an unpadded capacity factor the bound is capped by it:
+    # min(4, 1.25) = 1.25
     assert parse_run_config(_raw(training__moe={"dropless_imbalance": "bound"}), "run.yaml").routed_share == 1.0
-    error = _error(_raw(training__moe={"capacity_factor": 1.25, "dropless_imbalance": "bound"}))
-    assert "ppb charges the capacity" in error.problem
+    raw = _raw(
+        models__0__spec=spec,
+        parallel__ep=4,
+        parallel__etp=1,
+        training__moe={"capacity_factor": 1.25, "dropless_imbalance": "bound"},
+    )
+    assert parse_run_config(raw, "run.yaml").routed_share == 1.25
     error = _error(_raw(training__moe={"dropless_imbalance": "worst"}))
     assert error.field == "training.moe.dropless_imbalance" and "or bound" in error.problem
+
+
+def test_max_vio_is_wang_et_al_s_per_expert_figure():
+    # MaxVio (Wang et al. 2024, arXiv 2408.15664 §2) = max over experts of the load / mean load − 1. A rank's
+    # load over the mean is the mean of its experts' over the mean, so at most 1 + MaxVio.
+    # 8 experts, top 2, ep 4 (2 experts a rank): MaxVio 0.3 charges 1.3, under the routing bound 4·min(2, 2)/2 = 4
+    spec = {**BASE["models"][0]["spec"], "num_experts": 8, "experts_per_token": 2, "moe_intermediate_size": 512}
+    raw = _raw(models__0__spec=spec, parallel__ep=4, parallel__etp=1, training__moe={"max_vio": 0.3})
+    run = parse_run_config(raw, "run.yaml")
+    assert run.routed_share == pytest.approx(1.3, rel=1e-12)
+    assert MemorySetup.from_run(run).routing_factor == pytest.approx(1.3, rel=1e-12)
+    # MaxVio 5 (an expert 6× the mean) is capped by the routing: a rank gets at most 4× its share
+    raw = _raw(models__0__spec=spec, parallel__ep=4, parallel__etp=1, training__moe={"max_vio": 5.0})
+    assert parse_run_config(raw, "run.yaml").routed_share == 4.0
+    # beside an unpadded capacity factor of 1.25: min(1.3, 1.25)
+    moe = {"max_vio": 0.3, "capacity_factor": 1.25}
+    raw = _raw(models__0__spec=spec, parallel__ep=4, parallel__etp=1, training__moe=moe)
+    assert parse_run_config(raw, "run.yaml").routed_share == 1.25
+    # MaxVio 0 is balanced routing: today's 1.0
+    raw = _raw(models__0__spec=spec, parallel__ep=4, parallel__etp=1, training__moe={"max_vio": 0.0})
+    assert parse_run_config(raw, "run.yaml").routed_share == 1.0
+    # refused in one line: both spellings, a negative MaxVio, an imbalance beside forced balance (random
+    # logits, moe_utils.py apply_random_logits)
+    error = _error(_raw(training__moe={"max_vio": 0.3, "dropless_imbalance": 1.2}))
+    assert error.field == "training.moe" and "not both" in error.problem
+    error = _error(_raw(training__moe={"max_vio": -0.1}))
+    assert error.field == "training.moe.max_vio"
+    for stated in ({"max_vio": 0.3}, {"dropless_imbalance": 1.2}):
+        error = _error(_raw(training__moe={**stated, "router": {"force_balance": True}}))
+        assert error.field == "training.moe" and "random logits" in error.problem
+    # forced balance with the routing's bound (a guarantee, not a figure) stays accepted
+    moe = {"dropless_imbalance": "bound", "router": {"force_balance": True}}
+    assert parse_run_config(_raw(training__moe=moe), "run.yaml").routed_share == 1.0
+
+
+def test_mindformers_pads_every_expert_to_its_capacity():
+    # mindformers/modules/transformer/moe.py MoE.construct (fd4deebc1): expert inputs shaped to the capacity,
+    # so a capacity factor of 1.25 charges 1.25 whatever the routing; unpadded or an imbalance is refused
+    raw = _raw(framework="mindformers", training__moe={"capacity_factor": 1.25})
+    assert parse_run_config(raw, "run.yaml").routed_share == 1.25
+    error = _error(_raw(framework="mindformers", training__moe={"capacity_factor": 1.25, "pad_to_capacity": False}))
+    assert error.field == "training.moe.pad_to_capacity" and "static shapes" in error.problem
+    error = _error(_raw(framework="mindformers", training__moe={"capacity_factor": 1.25, "max_vio": 0.2}))
+    assert error.field == "training.moe" and "MindFormers pads" in error.problem
 
 
 def test_cublas_workspace_config_is_read_as_pytorch_reads_it():

@@ -365,3 +365,27 @@ def test_hybridep_across_h100_nodes_takes_its_measured_ib_rate_a_leaving_byte() 
         max(intra, leaving / 35.855e9) + 15 * 10e-6
     )
     assert leaving / 35.855e9 == pytest.approx(0.4661e-3, rel=1e-3) and intra == pytest.approx(0.1345e-3, rel=1e-3)
+
+
+def test_the_busiest_ranks_share_reaches_the_passes_where_tokens_land() -> None:
+    # the busiest EP rank receives 1.5× its share (training.moe.dropless_imbalance 1.5): every rank waits for it
+    # at the all-to-all, so its received slots set the dispatch's bytes and its expert rows the GEMMs'
+    h, tokens, r = 2048, 4096, 1.5
+    sent = tokens * 16 * (1 - MISSED)
+    for dispatcher in ("deepep", "hybridep"):
+        geo = OpGeometry(seq_length=4096, ep=16, ep_nodes=2, dispatcher=dispatcher, routing_factor=r)
+        ops = {op.name: op for op in moe_ops(KIND, MOE, geo)}
+        assert ops["dispatch"].forward_comm.payload_bytes == pytest.approx(r * sent * h * 2)
+        # the flex permute runs where the slots land (token_dispatcher.py MoEFlexTokenDispatcher.dispatch_postprocess,
+        # d98e8a64): it reads the busiest rank's 1.5·sent slots and writes its 1.5·tokens·8 expert rows
+        assert ops["permute"].bytes == pytest.approx(r * (sent + tokens * 8) * h * 2)
+        assert ops["unpermute"].bytes == pytest.approx(r * (sent + tokens * 8) * h * 2)
+    # the alltoall dispatcher permutes a rank's own tokens before sending (dispatch_preprocess): 2·4096·8 rows of
+    # h bf16 whatever the routing; its sort by local expert (dispatch_postprocess, 128 experts over 16 ranks) runs
+    # on the received rows: 2·rows·(h·2 + 2 bytes of probability), rows = 4096·8·1.5
+    geo = OpGeometry(seq_length=4096, ep=16, ep_nodes=2, dispatcher="alltoall", routing_factor=r)
+    ops = {op.name: op for op in moe_ops(KIND, MOE, geo)}
+    rows = tokens * 8 * r
+    assert ops["permute"].bytes == pytest.approx(2 * tokens * 8 * h * 2 + 2 * rows * (h * 2 + 2))
+    # experts_in: 2·rows·h·2·768 (gate and up) on the busiest rank
+    assert ops["experts_in"].flops == pytest.approx(2 * rows * 2048 * 2 * 768)

@@ -731,6 +731,22 @@ def test_the_router_s_settings_are_carried(flags: str, router: dict) -> None:
     assert moe.get("router", {}) == router
 
 
+def test_the_capacity_factor_its_padding_and_drop_policy_are_read() -> None:
+    # --moe-pad-expert-input-to-capacity: token_dispatcher.py drop_and_pad (d98e8a64), every expert its capacity;
+    # --moe-token-drop-policy picks which tokens drop, not how many (moe_utils.py apply_router_token_dropping):
+    # nothing priced, so nothing said
+    flags = f"{MOE} --moe-expert-capacity-factor 1.25 --moe-pad-expert-input-to-capacity"
+    flags += " --moe-token-drop-policy position"
+    imported = import_megatron(flags, 8, "h100-80gb")
+    moe = imported.raw["training"]["moe"]
+    assert (moe["capacity_factor"], moe["pad_to_capacity"]) == (1.25, True) and imported.notes == []
+    assert run_config_of(imported, "launch").routed_share == 1.25
+    # unpadded (Megatron's default): balanced routing keeps its share, 1.0
+    unpadded = import_megatron(f"{MOE} --moe-expert-capacity-factor 1.25", 8, "h100-80gb")
+    assert "pad_to_capacity" not in unpadded.raw["training"]["moe"]
+    assert run_config_of(unpadded, "launch").routed_share == 1.0
+
+
 @pytest.mark.parametrize(
     "flags, flag",
     [

@@ -121,12 +121,14 @@ def test_vocabulary_splits_over_tensor_parallel():
 
 
 def test_fsdp_working_set_holds_gathered_parameters():
-    # FSDP over dp 4: gathering a layer adds the other ranks' shards, (41088 − 10272)·2 bytes.
+    # Megatron-FSDP over dp 4: a gathered layer is a fresh bucket of the unit's whole size beside the rank's
+    # shard (megatron_fsdp `AllGatherPipeline.async_bucket_gather` → `DataParallelBuffer.fetch_bucket`,
+    # Megatron-LM febd25e3fb), so one more gathered layer adds 41088·2 bytes, not the other shards' (41088 − 10272)·2.
     run = make_run(DENSE, parallel={"dp": 4, "fsdp": True})
     memory, layer = model(run), body(run)
     args = (layer, LayerType.NOT_REC_LAYER, None)
     two, one = memory.working_extra_bytes(*args, 2, True), memory.working_extra_bytes(*args, 1, True)
-    assert two - one == (41088 - 10272) * 2
+    assert two - one == 41088 * 2
     zero1 = make_run(DENSE, parallel={"dp": 4, "zero": 1})
     other = model(zero1)
     assert other.working_extra_bytes(body(zero1), LayerType.NOT_REC_LAYER, None, 2, True) == (

@@ -114,16 +114,39 @@ def test_a_plan_beside_its_config_checks_to_the_ranked_figures(tight: SearchResu
     assert write_run_configs(result, tmp_path, "tight-top", 1) == [tmp_path / "tight-top01.yaml"]
     text = (tmp_path / "tight-top01.yaml").read_text()
     assert "# Not stated here: the recompute (FULL, NONE on different layers" in text
-    assert "`ppb check tight-top01.yaml --plan tight-top01.mindformers.yml`" in text
+    # the balancer's JSON, the plan whole (until session 30 MindFormers' yaml sections, for a Megatron-LM search)
+    assert "`ppb check tight-top01.yaml --plan tight-top01.plan.json`" in text
     raw = yaml.safe_load(text)
     assert raw["parallel"]["layout"] == "Et*4|ttL"
     assert raw["training"]["recompute"] == {"granularity": "selective"}
     capsys.readouterr()
-    config, plan = tmp_path / "tight-top01.yaml", tmp_path / "tight-top01.mindformers.yml"
+    config, plan = tmp_path / "tight-top01.yaml", tmp_path / "tight-top01.plan.json"
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["tight-top01.plan.json", "tight-top01.yaml"]
     assert main(["check", str(config), "--plan", str(plan), "--no-optimum", "--json"]) == 0
     checked = json.loads(capsys.readouterr().out)
     assert checked["iteration_s"] == pytest.approx(ranked.seconds, rel=1e-9)
     assert max(stage["peak_mb"] for stage in checked["stages"]) == pytest.approx(ranked.peak_memory_mb, rel=1e-9)
+
+
+@pytest.mark.parametrize(("framework", "own"), [("megatron", ".megatron.txt"), ("mindformers", ".mindformers.yaml")])
+def test_a_search_writes_its_own_frameworks_file_alone(
+    tight: SearchResult, framework: str, own: str, tmp_path: Path
+) -> None:
+    """`-o DIR` wrote Megatron-LM's flags and MindFormers' yaml for every search, a torchtitan one's too
+    (session 29's report): each ranked strategy now gets its run config, its plan JSON and the file of the
+    search's framework; the run config's comment points at the file that holds the plan whole."""
+    # the strategy of the test above, whose plan (FULL and NONE mixed) a run config cannot state
+    ranked = evaluate(tight.spec, Strategy(1, 1, 2, 4, 1, "1f1b", 1, 1, False, "ring", 0, False, 1, 4, 0))
+    assert isinstance(ranked, Ranked)
+    spec = tight.spec.model_copy(update={"framework": framework})
+    assert not plan_fields(spec, ranked.strategy, ranked.plan).complete
+    written = write_ranking(replace(tight, spec=spec, ranked=[ranked]), tmp_path)
+    stem = f"01-{ranked.strategy.label(spec)}"
+    assert sorted(path.name for path in written) == sorted(
+        ["search.json", f"{stem}.yaml", f"{stem}.plan.json", f"{stem}{own}"]
+    )
+    whole = f"{stem}.mindformers.yaml" if framework == "mindformers" else f"{stem}.plan.json"
+    assert f"`ppb check {stem}.yaml --plan {whole}`" in (tmp_path / f"{stem}.yaml").read_text()
 
 
 def test_torchtitan_says_no_recompute_in_its_words() -> None:
@@ -197,7 +220,14 @@ def test_a_torchtitan_search_writes_job_toml_lines_that_import_to_the_plans_spli
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     result = search(load_search_spec(DATA / "tiny-titan.yaml"), workers=1)
-    write_ranking(result, tmp_path / "top")
+    files = write_ranking(result, tmp_path / "top")
+    # torchtitan's own file alone beside the run config and the plan (until session 30 the Megatron-LM and
+    # MindFormers files too)
+    assert {path.name.split(".", 1)[1] for path in files if path.name != "search.json"} == {
+        "yaml",
+        "plan.json",
+        "torchtitan.toml",
+    }
     written = 0
     for place, entry in enumerate(result.ranked, start=1):
         stem = tmp_path / "top" / f"{place:02d}-{entry.strategy.label(result.spec)}"

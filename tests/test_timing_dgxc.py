@@ -148,6 +148,8 @@ def test_deepseek_rows_run_launch_sh_and_the_perf_script(public, nemo2):
     # USE_TOKEN_DROP: capacity factor 1.0 (MegatronTokenDropCallback), so not dropless; bf16_mixed's
     # grad_reduce_in_fp32 True (cleared only for FP8)
     assert (run.training.moe.dropless, run.training.moe.capacity_factor, run.training.grad_bytes) == (False, 1.0, 4)
+    # MegatronTokenDropCallback pads the experts' inputs to the capacity (moe_pad_expert_input_to_capacity True)
+    assert run.training.moe.pad_to_capacity and run.routed_share == 1.0
     assert run.training.recompute.modules == ("mla_up_proj",)
     # GB200: PP 4 (16 a middle stage: 15, 16, 16, 14), EP 32, core_attn recomputed; 128 GPUs: DP 16, 64 micro-batches
     run = public.config(gb200)

@@ -108,7 +108,8 @@ def test_per_device_flops_of_a_gqa_swiglu_layer_with_tp_and_flash():
 def test_per_device_flops_of_moe_experts_follow_topk_routing(dropless, factor):
     # Mixtral-like: h=4096, 8 experts, top-2, I=14336, t=2 with SP, ep=8, etp=1, s=4096, b=1. Each TP rank
     # routes n/t = 2048 tokens, 2 copies each; the busiest rank computes imbalance (dropless) or
-    # capacity-factor (capacity mode) times its fair share: 2048·2·factor rows.
+    # capacity-factor (capacity mode padded to capacity, token_dispatcher.py drop_and_pad) times its fair
+    # share: 2048·2·factor rows.
     spec = {
         "vocab_size": 32000,
         "hidden_size": 4096,
@@ -123,7 +124,7 @@ def test_per_device_flops_of_moe_experts_follow_topk_routing(dropless, factor):
     moe = (
         {"dropless": dropless, "dropless_imbalance": factor}
         if dropless
-        else {"dropless": False, "capacity_factor": factor}
+        else {"dropless": False, "capacity_factor": factor, "pad_to_capacity": True}
     )
     run = parse_run_config(
         {

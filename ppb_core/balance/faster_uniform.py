@@ -24,6 +24,7 @@ from ppb_core.balance.megatron import Setting
 from ppb_core.balance.outputs import cells
 from ppb_core.balance.plan import Plan
 from ppb_core.balance.program import Solution
+from ppb_core.units import TimedNote
 
 # torchtitan's setting that runs every layer under one ppb option (`torchtitan_settings`)
 TORCHTITAN_SETTING = {"NONE": "none", "SLCT": "selective", "FULL": "full"}
@@ -58,9 +59,11 @@ def prefer_uniform(solution: Solution, price: PriceFn, overrun: Overrun | None =
         return solution
     value = best.plan.iteration_time if solution.objective_kind == "critical_path" else best.plan.closed_form_time
     bound = solution.bound if solution.bound is not None else value
-    note = (
+    note = TimedNote(
         f"the uniform split ({best.option}) is faster by the iteration: {theirs:.6g} s against the plan's "
-        f"{ours:.6g} s (schedule {value:.6g} against {solution.objective:.6g}); it is the plan"
+        f"{ours:.6g} s (schedule {{}} against {{}}); it is the plan",
+        value,
+        solution.objective,
     )
     return dataclasses.replace(
         solution,

@@ -26,7 +26,7 @@ argument_utils.py `core_transformer_config_from_args`; the same sources as `mega
   from the GPU count;
 * training: sequence, micro-batch, micro-batches from `--global-batch-size` (default: one a DP
   rank), dtype, optimizer (Adam, SGD, Muon), attention backend, recompute in Megatron's words, rope fusion, FP8,
-  the router dtype, permute fusion, the capacity factor, the router's settings (score function, the
+  the router dtype, permute fusion, the capacity factor and its padding, the router's settings (score function, the
   load-balancing types whose `--moe-aux-loss-coeff` is above 0 or sinkhorn, z-loss, expert bias, fusion,
   pre-softmax, top-k scaling, forced balancing; `training.moe.router`);
 * time: `--transformer-impl`, gradient-accumulation fusion, `--deterministic-mode`,
@@ -823,6 +823,8 @@ def _training(
     capacity = args.text("--moe-expert-capacity-factor")
     if capacity is not None:
         moe["capacity_factor"] = args.number("--moe-expert-capacity-factor", 1.0)
+    if args.has("--moe-pad-expert-input-to-capacity"):  # refused without a capacity factor, as Megatron asserts
+        moe["pad_to_capacity"] = True
     if "num_experts" in spec:  # TEGroupedMLP with --moe-grouped-gemm, else SequentialMLP
         training["moe"] = {**moe, "grouped_gemm": args.has("--moe-grouped-gemm")}
     if _states_at_load(args, release):

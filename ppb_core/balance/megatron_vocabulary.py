@@ -69,6 +69,9 @@ NOTHING_PRICED = {
     # fused_bias_geglu.py `weighted_bias_quick_geglu_impl` (core_v0.17.0): the offset goes into the fused kernel
     # as a tensor (`torch.tensor(linear_offset, device=...)`, made whatever its value): no pass of its own
     "--glu-linear-offset": "added inside the fused quick-GEGLU kernel: no pass or tensor of its own",
+    # moe_utils.py `apply_router_token_dropping` (d98e8a64): "probs" or "position" picks which tokens beyond an
+    # expert's capacity drop, by one top-k over the probabilities or the routing map: the same count kept
+    "--moe-token-drop-policy": "which tokens beyond the capacity drop: the same count kept, all ppb prices",
 }
 # Flags ppb carries into the run config (read below); the rest are noted or read past.
 MODELLED = frozenset(
@@ -93,7 +96,8 @@ MODELLED = frozenset(
         "--attention-backend", "--use-flash-attn", "--transformer-impl", "--recompute-granularity",
         "--recompute-activations", "--recompute-method", "--recompute-num-layers", "--recompute-modules",
         "--no-rope-fusion", "--fp8-format", "--moe-router-dtype", "--moe-permute-fusion",
-        "--moe-expert-capacity-factor", "--moe-grouped-gemm", "--overlap-moe-expert-parallel-comm",
+        "--moe-expert-capacity-factor", "--moe-pad-expert-input-to-capacity",
+        "--moe-grouped-gemm", "--overlap-moe-expert-parallel-comm",
         "--no-gradient-accumulation-fusion", "--deterministic-mode", "--cross-entropy-loss-fusion",
         "--cross-entropy-fusion-impl", "--no-check-for-nan-in-loss-and-grad", "--log-params-norm",
         "--log-num-zeros-in-grad", "--exit-duration-in-mins", "--check-weight-hash-across-dp-replicas-interval",

@@ -58,7 +58,7 @@ from ppb_core.balance.progress import Clock, ProgressHook, Reporter, WorkLimits
 from ppb_core.balance.tiebreak import TOLERANCE, break_ties, tie_key
 from ppb_core.balance.torchtitan_settings import settings as torchtitan_settings
 from ppb_core.model.switches import OPTIONS
-from ppb_core.units import mb_words
+from ppb_core.units import TimedNote, mb_words
 
 SEED_WEIGHTINGS = 150  # random cell weightings whose critical paths seed the program (fixed seed)
 SEED_PLANS = 150  # random plans whose critical paths seed it too
@@ -421,7 +421,9 @@ def _run(
         shown = min(incumbent, known)  # the best plan the solve knows, for progress (*known*: found beside)
         report(
             "round",
-            f"round {rounds}: {paths} path rows, {used:,} of {budget:,} branch-and-bound nodes",
+            # the closed form's rounds price plans by its formula, not the schedule: said, as its figures differ
+            f"{'' if exact else 'closed form, '}round {rounds}: {paths} path rows, {used:,} of {budget:,} "
+            "branch-and-bound nodes",
             shown,
             min(bound, shown),
         )
@@ -562,6 +564,13 @@ def solve(
     return solution
 
 
+def _told(report: Reporter) -> Callable[[str], None] | None:
+    """A probing's progress as a step ("probing"; None when nobody listens)."""
+    if report.hook is None:
+        return None
+    return lambda message: report("probing", message)
+
+
 def _listing_progress(
     report: Reporter, what: str = "stage choices", unit: str = "elements of work"
 ) -> Callable[[int, int], None] | None:
@@ -597,21 +606,23 @@ def _megatron(
     stopped = cut = False
     # Full recompute last: it is rarely the fastest, and then its search stops as soon as it is proven
     # no faster than a setting before it. Ties go to the setting listed first, whatever the order.
-    for index in sorted(range(len(candidates)), key=lambda i: candidates[i].name == "full"):
+    for number, index in enumerate(sorted(range(len(candidates)), key=lambda i: candidates[i].name == "full"), 1):
         setting = candidates[index]
+        at = report.within(f"Megatron-Core setting {number} of {len(candidates)}, {setting.describe()}")
         # a setting proven no faster than the best so far is not searched further: it would not be taken
         cutoff = best[0] if best is not None else beat
         if clock.out:
             solution.notes.append("Megatron-Core's settings: stopped by the time limit")
             stopped = True
             break
+        at("setting_start")
         found = _solve(
             problem,
             Catalogue(problem, setting, ListingBudget(shared.listing_work, clock)),
             exact,
             shared,
             clock,
-            report,
+            at,
             tie_break=True,
             setting=setting,
             cutoff=cutoff,
@@ -633,7 +644,8 @@ def _megatron(
             best = (found.objective, index, found, setting)
     if best is None:
         if cut and not stopped:
-            solution.notes.append(f"Megatron-Core's settings: none faster than {beat:.6g}, another MTP placement's")
+            note = TimedNote("Megatron-Core's settings: none faster than {}, another MTP placement's", beat)
+            solution.notes.append(note)
         elif not stopped:  # cut short, it tried too few settings to say none fits
             solution.notes.append("Megatron-Core's settings: no plan fits under one setting for every layer")
         return
@@ -672,10 +684,14 @@ def _torchtitan(
     passed: list[int] = []
     as_none: list[int] = []  # every N-th settings whose plans that could win recompute nothing
     no_split: list[int] = []  # every N-th settings whose plans all lose (`_every_nth_split`)
-    for setting in candidates:
+    for number, setting in enumerate(candidates, start=1):
         if clock.out:
             notes.append("torchtitan's settings: stopped by the time limit")
             break
+        # which setting the solve is at, for the spinner (and a piped log's next line): a torchtitan run can try
+        # 30 settings, several seconds each (Llama-3.1-8B PP 2 × 4 chunks at 55000 MB)
+        at = report.within(f"torchtitan setting {number} of {len(candidates)}, {setting.describe()}")
+        at("setting_start")
         shared = limits.scaled(1 / max(1, len(own if setting in own else candidates)))
         catalogue = Catalogue(problem, setting, ListingBudget(shared.listing_work, clock))
         bar = best[0].objective if best is not None and best[0].objective is not None else cutoff
@@ -692,14 +708,14 @@ def _torchtitan(
             # setting's plan (none): not listed
             level = 1 - TOLERANCE if best is not None and best[1].name == "none" else 1 + TOLERANCE
             known = [best[0].plan] if best is not None and best[1].name == "none" and best[0].plan else []
-            if _none_floor_reaches(problem, bar * level, floors, known, exact, shared, clock, report):
+            if _none_floor_reaches(problem, bar * level, floors, known, exact, shared, clock, at):
                 passed.append(setting.num_layers)
                 cut = True
                 continue
-        found = _solve(problem, catalogue, exact, shared, clock, report, tie_break=True, setting=setting, cutoff=bar)
+        found = _solve(problem, catalogue, exact, shared, clock, at, tie_break=True, setting=setting, cutoff=bar)
         if found.stopped_by == "cutoff":
             cut = True
-            report("megatron", f"torchtitan, {setting.describe()}: {STOPPED['cutoff']}", figures=(("to beat", bar),))
+            report("torchtitan", f"{setting.describe()}: {STOPPED['cutoff']}", figures=(("to beat", bar),))
             continue
         if setting.name == "none" and found.memory_free and found.bound is not None:
             # the memory refused none of the stage choices its proof listed: its bound is `_none_floor`'s on
@@ -709,8 +725,8 @@ def _torchtitan(
         if found.plan is None or found.objective is None:
             continue
         report(
-            "megatron",
-            f"torchtitan, {setting.describe()}: {STOPPED.get(found.stopped_by, found.stopped_by)}",
+            "torchtitan",
+            f"{setting.describe()}: {STOPPED.get(found.stopped_by, found.stopped_by)}",
             found.objective,
             found.bound,
         )
@@ -727,8 +743,11 @@ def _torchtitan(
     solution.setting = setting
     if no_split:
         notes.append(
-            f"torchtitan's settings: every N-th for N in {', '.join(map(str, no_split))} not searched: no split of "
-            f"the layers over the ranks runs each rank's blocks within {bar_seen(best, cutoff):.6g}"
+            TimedNote(
+                f"torchtitan's settings: every N-th for N in {', '.join(map(str, no_split))} not searched: no split "
+                "of the layers over the ranks runs each rank's blocks within {}",
+                bar_seen(best, cutoff),
+            )
         )
     if as_none:
         notes.append(
@@ -738,8 +757,11 @@ def _torchtitan(
         )
     if passed:
         notes.append(
-            f"torchtitan's settings: every N-th for N in {passed[0]}..{passed[-1]} ({len(passed)}) not searched, "
-            f"none faster than {max(floors.values()):.6g} (`_none_floor`)"
+            TimedNote(
+                f"torchtitan's settings: every N-th for N in {passed[0]}..{passed[-1]} ({len(passed)}) not searched, "
+                "none faster than {} (`_none_floor`)",
+                max(floors.values()),
+            )
         )
     solution.notes += [*notes, f"torchtitan's settings: {setting.describe()}, the fastest of {len(candidates)}"]
     return solution
@@ -858,6 +880,44 @@ def _before(found: Solution, best: Solution) -> bool:
     return found.objective <= best.objective * (1 + TOLERANCE) and tie_key(found.plan) < tie_key(best.plan)
 
 
+def choices_under(problem: BalanceInput, choices: list[list[StageChoice]], value: float) -> list[list[StageChoice]]:
+    """Of stage choices listed for a larger value (`choices_within`, not the closed form's), those that can be in a
+    plan worth *value* or less: each stage's work per micro-batch within `work_limit` (a stage is busy m times
+    its work). A plan that fast uses no other of the listed ones."""
+    limit = work_limit(problem, value, closed_form=False) * (1 + 1e-12)
+    return [
+        [c for c in stage if problem.fixed_work(s) + sum(cell.forward + cell.backward for cell in c.cells) <= limit]
+        for s, stage in enumerate(choices)
+    ]
+
+
+def _cutoff_proven(
+    problem: BalanceInput,
+    choices: list[list[StageChoice]],
+    cutoff: float,
+    busiest: float,
+    family_rows: Sequence[tuple[dict, float]],
+    work: int,
+    clock: Clock,
+    told: Callable[[str], None] | None = None,
+) -> bool:
+    """Whether probing proves that no plan beats *cutoff*, probing a hair above it (a proof holds below
+    value·(1 − MARGIN)), over the listed stage choices a plan that fast can use: a stage is busy m times
+    its work (`work_limit`), so a faster plan uses none of the others and the proof over these holds for
+    every plan. Until session 30 it probed every choice listed for the start plan's time: Llama-3.1-8B
+    PP 2 × 4 chunks at 55000 MB (torchtitan, full AC imported) proved every 10th to 15th block no faster
+    than every 4th in 1,560 to 1,640 relaxations each; over the choices within the cutoff, in 8 to 14."""
+    target = cutoff * (1 + 4 * PROBE_MARGIN)
+    kept = choices_under(problem, choices, target)
+    if not all(kept):
+        return True  # some stage has no choice within it: no plan that fast
+    model = ChoiceModel(problem, kept, time_unit(problem))
+    model.add_least_busiest(busiest, closed_form=False)
+    for common, level in family_rows:
+        _add_family_row(model, common, level)
+    return probe(problem, kept, model, target, work, clock, told=told).proven
+
+
 def _start_plans(problem: BalanceInput, catalogue: Catalogue, setting: Setting | None) -> list[Plan]:
     """Plans that fit without a program: each uniform split, the even split with each stage's
     least-backward options that fit (for a setting: the even split under it)."""
@@ -936,7 +996,7 @@ def _solve(
     model.add_least_busiest(busiest, closed_form=True)
     closed = _run(model, False, limits, clock, start, (), report)
     listed = sum(len(stage) for stage in choices)
-    notes.append(f"closed form: {listed} stage choices, {closed.status}, least busiest stage {busiest:.6g}")
+    notes.append(TimedNote(f"closed form: {listed} stage choices, {closed.status}, least busiest stage {{}}", busiest))
     if closed.plan is None:
         if closed.status == "infeasible":
             return (
@@ -985,7 +1045,7 @@ def _solve(
 
     if exact and problem.micro_batches * busiest >= cutoff * (1 + GAP_TOLERANCE):
         # the busiest stage alone takes longer than the plan to beat: T ≥ m·S*
-        notes.append(f"critical path: not searched, T ≥ m·S* = {problem.micro_batches * busiest:.6g}")
+        notes.append(TimedNote("critical path: not searched, T ≥ m·S* = {}", problem.micro_batches * busiest))
         return Solution(problem, "time_limit", "critical_path", stopped_by="cutoff", notes=notes)
 
     # 2. The critical path, over choices Pareto-reduced per cell, bounded by the best plan so far.
@@ -1049,16 +1109,18 @@ def _solve(
     # Probing (`probing`): each stage choice held against the path relaxation; when none can be in
     # a plan faster than the best known, that plan is proven optimal without the program's search.
     known = min(start, exchanged, key=lambda plan: plan.iteration_time)
-    if known.iteration_time >= cutoff * (1 + GAP_TOLERANCE):
-        # to be taken a plan must beat *cutoff* (`_megatron`): first try to prove that none does,
-        # probing a hair above it (a proof holds below value·(1 − MARGIN)); the probing below is
-        # left as it would be without a cutoff, so the plans found do not depend on it
-        early = probe(problem, choices, model, cutoff * (1 + 4 * PROBE_MARGIN), limits.probe_work // ops, clock)
-        if early.proven:
-            notes.append(f"critical path: not searched, no plan faster than {cutoff:.6g} (probing)")
-            return Solution(problem, "time_limit", "critical_path", stopped_by="cutoff", notes=notes)
+    # to be taken a plan must beat *cutoff* (`_megatron`, `_torchtitan`): first try to prove that none does
+    # (`_cutoff_proven`); the search below is left as it would be without a cutoff, so the plans found do not
+    # depend on it
+    if known.iteration_time >= cutoff * (1 + GAP_TOLERANCE) and _cutoff_proven(
+        problem, choices, cutoff, busiest, family_rows, limits.probe_work // ops, clock, _told(report)
+    ):
+        notes.append(TimedNote("critical path: not searched, no plan faster than {} (probing)", cutoff))
+        return Solution(problem, "time_limit", "critical_path", stopped_by="cutoff", notes=notes)
     ties = known.iteration_time * (1 + TOLERANCE) if tie_break else None
-    probed = probe(problem, choices, model, known.iteration_time, limits.probe_work // ops, clock, ties=ties)
+    probed = probe(
+        problem, choices, model, known.iteration_time, limits.probe_work // ops, clock, ties=ties, told=_told(report)
+    )
     report(
         "bound",
         f"probing: {probed.relaxations} relaxations, {probed.rounds} rounds, {probed.stopped_by}",
@@ -1066,8 +1128,10 @@ def _solve(
         known.iteration_time if probed.proven else probed.bound,
     )
     notes.append(
-        f"probing: {probed.relaxations} relaxations, {probed.rounds} rounds, {probed.stopped_by}, "
-        f"bound {probed.bound:.6g}"
+        TimedNote(
+            f"probing: {probed.relaxations} relaxations, {probed.rounds} rounds, {probed.stopped_by}, bound {{}}",
+            probed.bound,
+        )
     )
 
     def program_over(kept: list[list[int]]) -> ChoiceModel:

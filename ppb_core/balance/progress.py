@@ -24,8 +24,8 @@ class Progress:
     """One step of a solve. Times in the descriptions' unit, which is `unit_s` seconds when known
     (`showing_seconds`); `seconds` since the solve started."""
 
-    # start | listing | listing_work | closed_form | exchange | start_plan | bound | round | tie_break | megatron
-    # | least_memory | least_memory_search | done
+    # start | listing | listing_work | closed_form | exchange | start_plan | probing | bound | round | tie_break
+    # | megatron | setting_start | torchtitan | least_memory | least_memory_search | done
     phase: str
     message: str
     seconds: float
@@ -178,3 +178,11 @@ class Reporter:
     ) -> None:
         if self.hook is not None:
             self.hook(Progress(phase, message, self.clock.elapsed, incumbent, bound, figures=figures))
+
+    def within(self, part: str) -> Reporter:
+        """This reporter with each message led by *part* (which part of a solve of several: a torchtitan
+        setting), so a line says whose figures it shows."""
+        if self.hook is None:
+            return self
+        hook = self.hook
+        return Reporter(lambda p: hook(replace(p, message=f"{part}: {p.message}" if p.message else part)), self.clock)

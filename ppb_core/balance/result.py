@@ -16,6 +16,7 @@ from ppb_core.balance.progress import Clock, ProgressHook, WorkLimits
 from ppb_core.balance.tiebreak import plan_headroom_mb, plan_mixed_stages, plan_recompute, plan_recomputed_layers
 from ppb_core.config.layout import format_layout
 from ppb_core.errors import InputError
+from ppb_core.units import TimedNote
 
 MAX_INTERLEAVE = 4
 
@@ -112,7 +113,7 @@ def report(
             said["flags"], said["flags_of"] = said["alternative"]["flags"], "alternative"
         if said.get("layout") and not said.get("recompute_expressible") and "alternative" not in said:
             # why no plan Megatron-Core can say stands beside it: its flags carry the layout alone
-            why = [note.split(": ", 1)[1] for note in solution.notes if note.startswith("Megatron-Core's settings:")]
+            why = [_after(note, ": ") for note in solution.notes if note.startswith("Megatron-Core's settings:")]
             if why:
                 said["no_alternative"] = why[-1]
     if plan is not None:
@@ -133,6 +134,11 @@ def report(
         "notes": solution.notes,
     }
     return out
+
+
+def _after(note: str, separator: str) -> str:
+    """A note from the first *separator* on, its times kept apart where it has any (`TimedNote.after`)."""
+    return note.after(separator) if isinstance(note, TimedNote) else note.split(separator, 1)[1]
 
 
 def balance(

@@ -27,6 +27,7 @@ from ppb_core.balance.highs import INF
 from ppb_core.balance.plan import Plan
 from ppb_core.balance.progress import Clock, WorkLimits
 from ppb_core.model.switches import OPTIONS
+from ppb_core.units import TimedNote
 
 ATTEMPTS = 8  # rounds of path rows per criterion before keeping the plan already held
 
@@ -145,7 +146,10 @@ def break_ties(
             notes.append(f"tie-break: {name} not fixed (the plan is not among the listed choices)")
             continue
         highs.add_row_upper(solver, dict(zip(columns, costs, strict=True)), chosen + 1e-9 + 1e-9 * abs(chosen))
-        notes.append(f"tie-break: {name} {chosen * (tau if name == 'recompute time' else 1):.6g}")
+        if name == "recompute time":
+            notes.append(TimedNote("tie-break: recompute time {}", chosen * tau))
+        else:
+            notes.append(f"tie-break: {name} {chosen:.6g}")
     # the most headroom: Z ≤ Σ_j y[s, j]·(M − memory of choice j)/M for every stage; maximise Z
     if not clock.out:
         z = solver.getNumCol()  # type: ignore[attr-defined]

@@ -436,8 +436,9 @@ The search spec names the model(s), the device and how many, the global batch an
 length, the framework and optional limits (docs/search.md). Every strategy of the grid is checked
 by the run-config validator, screened with the memory model and a proven bound on its iteration,
 and the promising ones are balanced and timed; strategies are dropped only where a bound proves
-they cannot enter the ranking. `-o DIR` writes the ranked strategies as run configs with their plans,
-Megatron-LM flags, MindFormers settings and (torchtitan) job-TOML lines.""",
+they cannot enter the ranking. `-o DIR` writes the ranked strategies as run configs with their plans
+and, in the search's framework's words, its Megatron-LM flags, MindFormers settings or torchtitan
+job-TOML lines.""",
         arguments=search,
     ),
 }

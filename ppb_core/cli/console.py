@@ -70,6 +70,7 @@ PRINTED_PHASES = (
     "round",
     "stopped",
     "megatron",
+    "torchtitan",
     "least_memory",
     "done",
 )

@@ -194,7 +194,8 @@ def print_iteration(console, iteration: dict) -> None:
         table.add_column(name, justify="left" if name == "term" else "right")
     total = iteration["seconds"]
     for key in BREAKDOWN_KEYS:
-        value = iteration["breakdown"].get(key, 0.0)
+        # to the table's 0.1 ms, a part below it being 0 (a PP 1 run's bubble of -1e-12 s printed "-0.0000", "-0.0%")
+        value = round(iteration["breakdown"].get(key, 0.0), 4) + 0.0
         table.add_row(key.replace("_", " "), f"{value:.4f}", f"{value / total:.1%}" if total else "-")
         host = iteration.get("host_wait_seconds", 0.0)
         if key == "compute" and host > 0:  # Megatron's host launching kernels (docs/timing.md)

@@ -381,17 +381,30 @@ class MoeRouter(StrictModel):
 
 class MoeTraining(StrictModel):
     """How the router's tokens reach the experts, in Megatron's terms: dropless (no
-    `--moe-expert-capacity-factor`, the default) or dropping beyond a capacity factor."""
+    `--moe-expert-capacity-factor`, the default) or dropping beyond a capacity factor, padded to it or not;
+    and how unevenly the routing loads the expert-parallel ranks (balanced unless stated)."""
 
     dropless: bool = Field(True, description="no capacity: every routed token reaches its expert")
     capacity_factor: Annotated[PositiveFloat, limits.at_most(limits.FACTOR)] = Field(
         1.0, description="--moe-expert-capacity-factor: an expert takes at most this times its fair share"
     )
+    pad_to_capacity: bool | None = Field(
+        None,
+        description="Megatron's --moe-pad-expert-input-to-capacity (with a capacity factor): every expert "
+        "receives exactly its capacity, padded, whatever the routing (unset: the framework's way, Megatron "
+        "off, MindFormers' static shapes on)",
+    )
     dropless_imbalance: Annotated[Factor, Field(ge=1.0)] | Literal["bound"] = Field(
         1.0,
-        description="dropless routing: the busiest expert-parallel rank's routed tokens over the mean "
-        "(1.0: balanced; bound: the most the routing allows, RunConfig.routed_share); with a capacity "
-        "factor ppb charges the capacity",
+        description="the busiest expert-parallel rank's routed tokens over the mean, max/mean per EP rank "
+        "(1.0: balanced; bound: the most the routing allows, RunConfig.routed_share); with a capacity factor "
+        "and no padding the capacity caps it",
+    )
+    max_vio: Annotated[Factor, Field(ge=0.0)] | None = Field(
+        None,
+        description="MaxVio (Wang et al. 2024, arXiv 2408.15664): the most loaded expert's tokens over the "
+        "mean, minus 1, in a step; ppb charges the busiest expert-parallel rank 1 + max_vio (exact with one "
+        "expert a rank, an upper bound with more), at most what the routing allows",
     )
     router_dtype: Literal["fp32", "fp64"] | None = Field(
         None,
@@ -430,25 +443,39 @@ class MoeTraining(StrictModel):
 
     @model_validator(mode="after")
     def _one_routing(self) -> MoeTraining:
+        stated = self.dropless_imbalance != 1.0 or self.max_vio is not None
         if self.dropless and self.capacity_factor != 1.0:
             raise ValueError("dropless routing has no capacity factor (Megatron drops tokens when one is set)")
-        if not self.dropless and self.dropless_imbalance != 1.0:
+        if self.pad_to_capacity and self.dropless:
+            # token_dispatcher.py `MoEAlltoAllTokenDispatcher.__init__` (d98e8a64): drop_and_pad asserts
+            # moe_expert_capacity_factor is not None
+            raise ValueError("pad_to_capacity needs a capacity_factor, as Megatron-Core asserts")
+        if self.pad_to_capacity and stated:
             raise ValueError(
-                "dropless_imbalance is dropless routing's; with a capacity factor ppb charges the capacity "
-                "(the most an expert takes, what --moe-pad-expert-input-to-capacity pads to)"
+                "with pad_to_capacity every expert receives exactly its capacity: no routing imbalance to state "
+                "(dropless_imbalance, max_vio)"
+            )
+        if self.dropless_imbalance != 1.0 and self.max_vio is not None:
+            raise ValueError("state one of dropless_imbalance (per EP rank) and max_vio (per expert), not both")
+        if self.router.force_balance and (isinstance(self.dropless_imbalance, float) and stated):
+            # moe_utils.py `apply_random_logits` (d98e8a64): random normal logits route every expert evenly
+            raise ValueError(
+                "router.force_balance routes by random logits, evenly: no imbalance to state (dropless_imbalance, "
+                "max_vio)"
             )
         return self
 
     @property
     def routed_share(self) -> float:
-        """The busiest rank's expert rows over their fair share: the stated imbalance of dropless
-        routing, or the capacity factor, which bounds every expert's tokens (`bound` needs the
-        model's experts: `RunConfig.routed_share`)."""
-        if not self.dropless:
+        """The busiest rank's expert rows over their fair share, where no model is needed: the stated
+        imbalance of dropless routing; with a capacity factor the capacity padded to, else the imbalance
+        the capacity caps (`bound` and `max_vio` need the model's experts, and `pad_to_capacity` unset
+        the framework: `RunConfig.routed_share`)."""
+        if self.pad_to_capacity:
             return self.capacity_factor
-        if self.dropless_imbalance == "bound":
-            raise ValueError("dropless_imbalance bound is resolved with the model's experts (RunConfig.routed_share)")
-        return self.dropless_imbalance
+        if self.dropless_imbalance == "bound" or self.max_vio is not None:
+            raise ValueError("dropless_imbalance bound and max_vio are resolved with the model's experts")
+        return self.dropless_imbalance if self.dropless else min(self.dropless_imbalance, self.capacity_factor)
 
     def routed_share_bound(self, num_experts: int, experts_per_token: int, ep: int) -> float:
         """The most any expert-parallel rank can receive over its fair share (what `dropless_imbalance`
@@ -461,7 +488,43 @@ class MoeTraining(StrictModel):
         ranks a token reaches, not its copies on one)."""
         if not self.dropless:
             return self.capacity_factor
+        return self.routing_bound(num_experts, experts_per_token, ep)
+
+    @staticmethod
+    def routing_bound(num_experts: int, experts_per_token: int, ep: int) -> float:
+        """The most the routing itself lets one expert-parallel rank receive over its fair share:
+        ep·min(k, experts/ep)/k (`routed_share_bound`'s dropless case)."""
         return ep * min(experts_per_token, num_experts // ep) / experts_per_token
+
+    def padded(self, framework: str) -> bool:
+        """Whether every expert receives its whole capacity: `pad_to_capacity`, unset the framework's way.
+        Megatron pads only when asked (`--moe-pad-expert-input-to-capacity`, default off); MindFormers'
+        expert inputs have the capacity as their static shape (mindformers/modules/transformer/moe.py
+        `MoE.construct`, fd4deebc1: expert_input is dp_group × hidden × expert_dim·expert_capacity)."""
+        if self.dropless:
+            return False
+        return framework == "mindformers" if self.pad_to_capacity is None else self.pad_to_capacity
+
+    def model_share(self, num_experts: int, experts_per_token: int, ep: int) -> float:
+        """`routed_share` for a model of *num_experts* experts, top *experts_per_token*, over *ep* ranks.
+
+        MaxVio is per expert (Wang et al. 2024 §2: max over experts of the load, over the mean, minus 1);
+        an expert-parallel rank's load is the mean of its experts' over the mean of all, so it is at most
+        1 + MaxVio, exactly that with one expert a rank. The routing's own bound caps either. Without
+        padding a capacity factor caps what a rank receives (token_dispatcher.py
+        `MoEAlltoAllTokenDispatcher.preprocess`, d98e8a64: dropped tokens are not sent; the output size
+        is the kept count, `num_out_tokens = num_local_tokens_per_expert.sum()`); padded, every expert
+        receives its capacity from every source (`drop_and_pad`: `num_out_tokens = capacity · experts`)."""
+        if self.pad_to_capacity:
+            return self.capacity_factor
+        bound = self.routing_bound(num_experts, experts_per_token, ep)
+        if self.max_vio is not None:
+            stated = min(1.0 + self.max_vio, bound)
+        elif self.dropless_imbalance == "bound":
+            stated = bound
+        else:
+            stated = self.dropless_imbalance
+        return stated if self.dropless else min(stated, self.capacity_factor)
 
 
 class Training(StrictModel):
@@ -1287,14 +1350,16 @@ class RunConfig(StrictModel):
 
     @property
     def routed_share(self) -> float:
-        """`training.moe.routed_share`, with `dropless_imbalance: bound` resolved as the most any MoE
-        model's routing allows one expert-parallel rank (`MoeTraining.routed_share_bound`)."""
+        """`training.moe.routed_share`, with `dropless_imbalance: bound` and `max_vio` resolved with each
+        MoE model's experts (`MoeTraining.model_share`), the largest of them."""
         moe = self.training.moe
-        if not (moe.dropless and moe.dropless_imbalance == "bound"):
+        if moe.padded(self.framework):
+            return moe.capacity_factor
+        if moe.dropless_imbalance != "bound" and moe.max_vio is None:
             return moe.routed_share
         specs = [spec for spec in self.specs.values() if isinstance(spec, ModelSpec) and spec.is_moe]
-        bounds = [moe.routed_share_bound(s.num_experts, s.experts_per_token, self.parallel.ep) for s in specs]
-        return max(bounds, default=1.0)
+        shares = [moe.model_share(s.num_experts, s.experts_per_token, self.parallel.ep) for s in specs]
+        return max(shares, default=1.0)
 
     def layout_cells(self) -> list[list[int]] | None:
         """[chunk][stage] body layers the run's `parallel.layout` places (None: no layout)."""
@@ -2072,6 +2137,7 @@ def _check_run(run: RunConfig, where: str) -> None:
         )
     if run.framework == "megatron":
         _check_megatron_modules(run, where)
+    _check_padding(run, where)
     if run.framework != "megatron" and run.timing.moe_dispatcher == "allgather":
         raise InputError(
             where, "timing.moe_dispatcher", "allgather is Megatron-Core's token dispatcher: set framework megatron"
@@ -2141,6 +2207,20 @@ def _check_run(run: RunConfig, where: str) -> None:
         for model, _ in group:
             if model not in names:
                 raise InputError(where, "ppb.combined", f"no model named {shown(model)}")
+
+
+def _check_padding(run: RunConfig, where: str) -> None:
+    """MindFormers' MoE has no unpadded capacity mode: its expert inputs are shaped to the capacity
+    (`MoeTraining.padded`), so neither `pad_to_capacity: false` nor an imbalance beside a capacity factor."""
+    moe = run.training.moe
+    if run.framework != "mindformers" or moe.dropless:
+        return
+    if moe.pad_to_capacity is False:
+        said = "false is not MindFormers': its expert inputs are shaped to the capacity (static shapes)"
+        raise InputError(where, "training.moe.pad_to_capacity", said)
+    if moe.dropless_imbalance != 1.0 or moe.max_vio is not None:
+        said = "MindFormers pads every expert to its capacity: no routing imbalance to state beside a capacity_factor"
+        raise InputError(where, "training.moe", said)
 
 
 def _check_parallel_optimizer(run: RunConfig, where: str) -> None:

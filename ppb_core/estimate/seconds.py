@@ -13,6 +13,7 @@ from typing import Any
 
 from ppb_core.config.run import RunConfig
 from ppb_core.estimate.plan import plan_iterations, time_unit_s
+from ppb_core.units import note_in_seconds
 
 # Every time a result carries, in the descriptions' unit: the key, and where it sits.
 # `in_seconds` renames each to `<key>_s`; `objective` stays as well (the `ppb balance --json`
@@ -59,8 +60,16 @@ def in_seconds(result: dict[str, Any], unit_s: float) -> dict[str, Any]:
             out[key] = [_renamed(row, ROW_TIMES[key], unit_s) for row in value]
         elif key == "timeline":
             out[key] = {name: _renamed(run, TIMELINE_TIMES, unit_s) for name, run in value.items()}
-        elif key in ("megatron", "torchtitan") and "alternative" in value:
-            out[key] = {**value, "alternative": _renamed(value["alternative"], ("objective",), unit_s)}
+        elif key in ("megatron", "torchtitan") and ("alternative" in value or "no_alternative" in value):
+            out[key] = dict(value)
+            if "alternative" in value:
+                out[key]["alternative"] = _renamed(value["alternative"], ("objective",), unit_s)
+            if "no_alternative" in value:
+                out[key]["no_alternative"] = note_in_seconds(value["no_alternative"], unit_s)
+        elif key == "solver" and value.get("notes"):
+            # the solver's notes with their times in seconds (`units.TimedNote`): "bound 2.1596 s", not
+            # "bound 466.17", the balancer's relative unit (until session 30)
+            out[key] = {**value, "notes": [note_in_seconds(note, unit_s) for note in value["notes"]]}
         else:
             out[key] = value
         if key == "objective":

@@ -6,15 +6,18 @@ For the strategy ranked n, `-o DIR` writes:
   layout and recompute where a run config can (`plan_config`), so `ppb estimate` on it prices the ranked
   plan; its opening comment says what it cannot state and points at the plan files;
 * `NN-<name>.plan.json`: the balancer's JSON for it;
-* `NN-<name>.megatron.txt`: Megatron-LM flags: the parallel sizes (megatron/training/arguments.py:
-  `--tensor-model-parallel-size`, `--pipeline-model-parallel-size`, `--context-parallel-size`,
-  `--expert-model-parallel-size`, `--expert-tensor-parallel-size`, `--sequence-parallel`,
+and, for the search's framework alone (`FRAMEWORK_SUFFIX`; until session 30 every search wrote the Megatron-LM
+and MindFormers files, a torchtitan search its TOML besides):
+
+* `NN-<name>.megatron.txt`, for a Megatron-LM search: Megatron-LM flags: the parallel sizes
+  (megatron/training/arguments.py: `--tensor-model-parallel-size`, `--pipeline-model-parallel-size`,
+  `--context-parallel-size`, `--expert-model-parallel-size`, `--expert-tensor-parallel-size`, `--sequence-parallel`,
   `--use-distributed-optimizer` for ZeRO-1, Megatron-FSDP's `--data-parallel-sharding-strategy`
   optim_grads for ZeRO-2 and optim_grads_params for ZeRO-3 or FSDP, with `--ckpt-format fsdp_dtensor`), the batch,
   and the plan's `--pipeline-model-parallel-layout` with its recompute flags, as `ppb balance` prints them first
   (`megatron.flags`: the fastest plan Megatron-Core can say when it cannot say the plan; with none, no
   layout: the plan's layout without its recompute does not run as priced);
-* `NN-<name>.mindformers.yaml`: MindFormers' `parallel_config` (data_parallel, model_parallel,
+* `NN-<name>.mindformers.yaml`, for a MindFormers search: MindFormers' `parallel_config` (data_parallel, model_parallel,
   pipeline_stage, context_parallel, expert_parallel, micro_batch_num, use_seq_parallel),
   `parallel.enable_parallel_optimizer`, `model.model_config` (offset, pp_interleave_num) and
   `recompute_config` (recompute, select_recompute, select_comm_recompute);
@@ -149,8 +152,20 @@ def result_json(result: SearchResult, details: bool = False) -> dict[str, Any]:
     return data
 
 
-# what `_entry_files` writes for each ranked strategy, after its `NN-<name>` stem
-ENTRY_SUFFIXES = (".yaml", ".plan.json", ".megatron.txt", ".mindformers.yaml", ".torchtitan.toml")
+# what `_entry_files` writes for each ranked strategy, after its `NN-<name>` stem: these two, and the framework's
+# file (`FRAMEWORK_SUFFIX`)
+FRAMEWORK_SUFFIX = {"megatron": ".megatron.txt", "mindformers": ".mindformers.yaml", "torchtitan": ".torchtitan.toml"}
+ENTRY_SUFFIXES = (".yaml", ".plan.json", *FRAMEWORK_SUFFIX.values())
+
+
+def whole_plan_suffix(spec: SearchSpec, chain: bool = False) -> str:
+    """The file beside a run config that holds its ranked plan whole, for `ppb check RUN --plan FILE`: a
+    MindFormers search's yaml sections (`.yml` for the chain, whose folder takes every `*.yaml` as a run
+    config), else the balancer's JSON, as Megatron-LM's flags may be another plan (`megatron_said`) and
+    torchtitan's lines one setting for every block."""
+    if spec.framework == "mindformers":
+        return ".mindformers.yml" if chain else ".mindformers.yaml"
+    return ".plan.json"
 
 
 def earlier_ranking_files(folder: str | Path) -> set[Path]:
@@ -183,11 +198,13 @@ def write_run_configs(result: SearchResult, folder: str | Path, prefix: str, cou
     files = {}
     for place, entry in enumerate(result.ranked[:count], start=1):
         stem = f"{prefix}{place:02d}"
-        # `.yml`: the chain takes every `*.yaml` of its folder as a run config
-        text, fields = _run_config_text(result.spec, entry, folder, stem, f"{stem}.mindformers.yml")
+        plan_file = f"{stem}{whole_plan_suffix(result.spec, chain=True)}"
+        text, fields = _run_config_text(result.spec, entry, folder, stem, plan_file)
         files[folder / f"{stem}.yaml"] = text.encode()
         if not fields.complete:
-            files[folder / f"{stem}.mindformers.yml"] = mindformers_text(result.spec, entry).encode()
+            mindformers = plan_file.endswith(".yml")
+            whole = mindformers_text(result.spec, entry) if mindformers else _plan_text(result.spec, entry)
+            files[folder / plan_file] = whole.encode()
     write_files(files)
     return [path for path in files if path.suffix == ".yaml"]
 
@@ -271,21 +288,29 @@ def torchtitan_text(said: dict[str, Any]) -> str:
     return "".join(line + "\n" for line in [*lines, *(said.get("lines") or [])])
 
 
-def _entry_files(spec: SearchSpec, entry: Ranked, folder: Path, stem: str) -> dict[Path, bytes]:
-    config, _ = _run_config_text(spec, entry, folder, stem, f"{stem}.mindformers.yaml")
-    # the flags `ppb balance` prints first: for a plan Megatron-Core cannot say, the fastest it can say
-    said = {**entry.plan, "megatron": megatron_said(spec, entry)}
+def _plan_text(spec: SearchSpec, entry: Ranked) -> str:
+    """The balancer's JSON of a ranked plan, as `NN-<name>.plan.json` holds it: a torchtitan plan with its
+    `torchtitan` section, as `ppb balance`'s JSON carries it (`add_torchtitan`)."""
     plan = dict(entry.plan)
     titan = torchtitan_said(spec, entry)
     if titan is not None:
-        plan["torchtitan"] = titan  # as `ppb balance`'s JSON carries it (`add_torchtitan`)
-    texts = {
-        f"{stem}.yaml": config,
-        f"{stem}.plan.json": json.dumps(plan, indent=2) + "\n",
-        f"{stem}.megatron.txt": megatron_text(spec, entry, said),
-        f"{stem}.mindformers.yaml": mindformers_text(spec, entry),
-    }
-    if titan is not None:
+        plan["torchtitan"] = titan
+    return json.dumps(plan, indent=2) + "\n"
+
+
+def _entry_files(spec: SearchSpec, entry: Ranked, folder: Path, stem: str) -> dict[Path, bytes]:
+    config, _ = _run_config_text(spec, entry, folder, stem, f"{stem}{whole_plan_suffix(spec)}")
+    texts = {f"{stem}.yaml": config, f"{stem}.plan.json": _plan_text(spec, entry)}
+    # the search's framework's own file alone: what a torchtitan user launches is not Megatron-LM's flags
+    if spec.framework == "megatron":
+        # the flags `ppb balance` prints first: for a plan Megatron-Core cannot say, the fastest it can say
+        said = {**entry.plan, "megatron": megatron_said(spec, entry)}
+        texts[f"{stem}.megatron.txt"] = megatron_text(spec, entry, said)
+    elif spec.framework == "mindformers":
+        texts[f"{stem}.mindformers.yaml"] = mindformers_text(spec, entry)
+    else:
+        titan = torchtitan_said(spec, entry)
+        assert titan is not None  # a torchtitan search's
         texts[f"{stem}.torchtitan.toml"] = torchtitan_text(titan)
     return {folder / name: text.encode() for name, text in texts.items()}
 

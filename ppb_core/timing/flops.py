@@ -1953,7 +1953,11 @@ def moe_ops(kind: BodyKind, moe: Moe, geo: OpGeometry, p: str = "") -> list[Op]:
     # the flex backends send a token once to each rank its experts sit on (`ppb_core.timing.flex`): their
     # local passes read or write those slots on one side and the expert rows on the other
     sent = geo.tokens / geo.tp * ranks_reached(experts, k, geo.ep) if flex else routed
-    local_pass = (sent + routed) * h * bc if flex else 2 * routed * h * bc
+    # the alltoall dispatcher permutes the rank's own tokens before sending them and unpermutes them after the
+    # combine (token_dispatcher.py `dispatch_preprocess` / `combine_postprocess`, d98e8a64): as many whatever the
+    # routing; the flex backends' passes run where the tokens land (`MoEFlexTokenDispatcher.dispatch_postprocess`
+    # permutes the received slots, `combine_preprocess` restores them): the busiest rank's share (routing factor)
+    local_pass = (sent + routed) * geo.routing_factor * h * bc if flex else 2 * routed * h * bc
     # the permute direction's pass (the permute, the unpermute's backward) and the unpermute direction's
     permute_pass = unpermute_pass = local_pass
     if geo.flex_in_kernel:  # inside the dispatch and combine kernels: no launch of its own
