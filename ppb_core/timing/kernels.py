@@ -159,6 +159,8 @@ class Kernels:
     # (`DeviceProfile.standard_attention_measured`, `score_memory_s`); 0: the element-wise rate
     score_peak_bytes_per_s: float = 0.0
     memory_efficiency: float = 0.8  # the element-wise share of HBM (`DeviceProfile.memory_efficiency`)
+    # a memory-bound kernel's fixed GPU time beside its bytes (`DeviceProfile.elementwise_kernel_us`)
+    elementwise_kernel_s: float = 0.0
 
     @property
     def contention(self) -> float:
@@ -235,6 +237,7 @@ class Kernels:
             hbm_bytes_per_s=device.hbm_bandwidth_gbs * 1e9 * device.memory_efficiency,
             score_peak_bytes_per_s=device.hbm_bandwidth_gbs * 1e9 if device.standard_attention_measured else 0.0,
             memory_efficiency=device.memory_efficiency,
+            elementwise_kernel_s=device.elementwise_kernel_us * 1e-6,
             eager_hbm_bytes_per_s=device.hbm_bandwidth_gbs * 1e9 * device.eager_memory_efficiency,
             attention_forward=(
                 device.flash2_forward_efficiency * sdpa_forward if flash2 else device.attention_forward_efficiency

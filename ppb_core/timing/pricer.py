@@ -59,6 +59,7 @@ from ppb_core.timing.launches import (
     PY_STEP_SHARE,
     layer_launches,
     norm_fed,
+    op_launches,
 )
 from ppb_core.timing.nan_fill import deterministic_fill_bytes
 from ppb_core.timing.ring import exposed_exchanges_s, ring_attention_s
@@ -609,7 +610,26 @@ class TimeModel:
             seconds = kernels.elementwise_s(traffic - legacy, op.fusion, backward=backward, strided=op.strided)
             if legacy > 0:
                 seconds += kernels.elementwise_s(legacy, None, backward=backward, strided=True)
+            seconds += self._memory_kernels(op)[backward] * kernels.elementwise_kernel_s
         return seconds if phase in ("forward", "backward") else seconds / 2
+
+    def _memory_kernels(self, op: Op) -> tuple[float, float]:
+        """(forward, backward) GPU kernels of a memory-bound op, each paying the device's fixed kernel time
+        (`Kernels.elementwise_kernel_s`): under Megatron the kernels `launches.op_launches` counts from its code
+        (a SequentialMLP's activation once per local expert), whatever CUDA graphs do to their launches; other
+        frameworks' kernels (torchtitan's eager or compiled ops, MindSpore's graphs) are not counted: none."""
+        if self.run.framework != "megatron" or not self.kernels.elementwise_kernel_s:
+            return 0.0, 0.0
+        forward, backward = op_launches(
+            op,
+            tp=self.run.parallel.tp,
+            mla=any(getattr(spec, "is_mla", False) for spec in self.run.specs.values()),
+            rope_fusion=self.run.rope_fused,
+            cross_entropy_fusion=self.run.timing.cross_entropy_fusion,
+            wgrad_fused=self.run.timing.gradient_accumulation_fusion,
+        )
+        each = max(1, op.sequential)
+        return each * forward, each * backward
 
     def _quantize_s(self, traffic: float, kernels: Kernels) -> float:
         """Seconds of an FP8 GEMM operand's quantization (`_cast_bytes`'s HBM bytes): TransformerEngine's
