@@ -108,7 +108,7 @@ SPEC = {
 }
 
 
-def _prices(kernel_us: float, framework: str = "megatron"):
+def _prices(kernel_us: float, framework: str = "megatron", accumulation_fusion: bool = True):
     run = parse_run_config(
         {
             "name": "fixed",
@@ -116,6 +116,7 @@ def _prices(kernel_us: float, framework: str = "megatron"):
             "models": [{"name": "dense", "spec": SPEC}],
             "parallel": {},
             "training": {"seq_length": 4096},
+            "timing": {"gradient_accumulation_fusion": accumulation_fusion},
             "device": dict(ROUND_DEVICE, elementwise_kernel_us=kernel_us),
         }
     )
@@ -145,3 +146,16 @@ def test_megatron_pays_the_fixed_time_once_per_kernel_of_a_memory_bound_op():
 def test_frameworks_whose_kernels_ppb_does_not_count_pay_none():
     # torchtitan's eager or compiled element-wise kernels are not counted kernel by kernel: no fixed time
     assert _prices(10.0, "torchtitan") == _prices(0.0, "torchtitan")
+
+
+def test_without_accumulation_fusion_each_weight_s_main_gradient_add_pays_it():
+    # --no-gradient-accumulation-fusion: DDP's hook adds each weight's 16-bit gradient into its main gradient
+    # (`param.main_grad.add_`, distributed_data_parallel.py `_make_backward_post_hook`), one kernel a weight in
+    # the backward: fc1 and fc2 +10 us each; the fused QKV GEMM's one add split over its parts by width
+    # (`Op.gemm`'s fused n), so qk_proj and v_proj +10 us together. The forwards keep their GEMM times.
+    with_fixed, without = _prices(10.0, accumulation_fusion=False), _prices(0.0, accumulation_fusion=False)
+    for name in ("mlp_in", "mlp_out", "out_proj"):
+        assert with_fixed[name].backward_ms - without[name].backward_ms == pytest.approx(0.010)
+        assert with_fixed[name].forward_ms == pytest.approx(without[name].forward_ms)
+    qkv = sum(with_fixed[name].backward_ms - without[name].backward_ms for name in ("qk_proj", "v_proj"))
+    assert qkv == pytest.approx(0.010)

@@ -582,7 +582,8 @@ class TimeModel:
                     else kernels.memory_s(op.bytes)
                 )
                 quantized = self._quantize_s(cast * m * k * groups * each, kernels)
-                return max(compute, moved) + kernels.memory_s(cast_bytes + side_forward) + quantized
+                passes = self._side_kernels(op)[0] * kernels.elementwise_kernel_s
+                return max(compute, moved) + kernels.memory_s(cast_bytes + side_forward) + quantized + passes
             half = (
                 kernels.score_memory_s(op.backward_bytes / 2, op.score_keys, True, op.score_head_dim)
                 if op.score_keys
@@ -599,6 +600,7 @@ class TimeModel:
                 + self._titan_wgrad_copies(op) * each
                 + self._te_sp_transpose_bytes(op) * m * k * groups * each
             )
+            wgrad += self._side_kernels(op)[1] * kernels.elementwise_kernel_s
             return {"backward": dgrad + wgrad, "dgrad": dgrad, "wgrad": wgrad}[phase]
         traffic = op.bytes if phase == "forward" else op.backward_bytes
         if op.score_keys:  # an unfused attention core's pass over its scores
@@ -630,6 +632,24 @@ class TimeModel:
         )
         each = max(1, op.sequential)
         return each * forward, each * backward
+
+    def _side_kernels(self, op: Op) -> tuple[float, float]:
+        """(forward, backward) memory-bound kernels a GEMM op runs beside its GEMMs under Megatron, each paying
+        the fixed kernel time as `_memory_kernels`' do: its bias passes (`Op.side_kernels` where it has such
+        bytes), DDP's main-gradient adds of other parameters (`Op.grad_adds`) and, without gradient-accumulation
+        fusion, of its weight's (one a weight, `launches.op_launches`). TE's quantize kernels are left out: their
+        measured share (`_quantize_s`) holds their time whole."""
+        if self.run.framework != "megatron" or not self.kernels.elementwise_kernel_s:
+            return 0.0, 0.0
+        side_forward, side_backward = op.side_bytes
+        kernels_forward, kernels_backward = op.side_kernels
+        _, _, n, groups, fused = op.gemm
+        unfused = op.weight_elements and not self.run.timing.gradient_accumulation_fusion
+        accumulate = groups * n / fused if unfused else 0.0
+        if self.run.timing.deepspeed_bf16_optimizer:
+            accumulate *= 2  # BF16_Optimizer's fp32 cast before the add
+        backward = kernels_backward * (side_backward > 0) + op.grad_adds + accumulate
+        return kernels_forward * (side_forward > 0), backward
 
     def _quantize_s(self, traffic: float, kernels: Kernels) -> float:
         """Seconds of an FP8 GEMM operand's quantization (`_cast_bytes`'s HBM bytes): TransformerEngine's
