@@ -119,6 +119,7 @@ from _mindformers import (  # noqa: E402
     mindformers_rows,
     mindformers_v130_rows,
 )
+from _moe_recipes import MOE_RECIPES, SKIPPED_RECIPES, moe_recipe_rows  # noqa: E402
 from _nemo import (  # noqa: E402
     NEMO,
     NEMO_2511_GPT_OSS,
@@ -664,6 +665,11 @@ def _bridge_card_runs() -> list[PublicRun]:
     return [PublicRun(**row) for row in (*bridge_card_rows(), *bridge_verification_rows())]
 
 
+def _moe_recipe_runs() -> list[PublicRun]:
+    """Megatron-LM's own MoE recipes and their measured throughput (bench/_moe_recipes.py)."""
+    return [PublicRun(**row) for row in moe_recipe_rows()]
+
+
 def _nemo_2407_runs() -> list[PublicRun]:
     """NeMo's 24.07 H100 table with the 24.07 launcher's settings (bench/_nemo_2407.py)."""
     return [PublicRun(**row) for row in nemo_2407_rows()]
@@ -720,6 +726,7 @@ def public_runs() -> list[PublicRun]:
         *_nemo_runs(),
         *_nemo_release_runs(),
         *_bridge_card_runs(),
+        *_moe_recipe_runs(),
         *_nemo_2407_runs(),
         *_nemo2_runs(),
         *_titan_runs(),
@@ -808,6 +815,7 @@ GROUPS = {
     "NeMo GB300 / B300 (25.11, 26.04)": lambda source: source in (NEMO_2511_ULTRA, NEMO_2604_ULTRA),
     "NeMo archive 25.09 / 26.02 / 26.02.01 / 26.06": lambda source: source.startswith(ARCHIVE),
     "Megatron-Bridge cards": lambda source: source in (BRIDGE_CARDS, BRIDGE_VERIFICATION),
+    "Megatron-LM MoE recipes": lambda source: source == MOE_RECIPES,
     "NeMo 24.07 H100": lambda source: source == NEMO_2407,
     "NeMo 2 25.02 / 25.04 / 25.07": lambda source: source.startswith(NEMO2),
     "other torchtitan benchmark": lambda source: source.startswith(TITAN_SOURCES),
@@ -977,8 +985,15 @@ def main() -> int:
         print(f"not priced: NeMo {label}: {reason}")
     for label, reason in (*SKIPPED, *SKIPPED_2407, *SKIPPED_NEMO2):  # bench/_nemo_releases.py, bench/_nemo_2407.py
         print(f"not priced: NeMo {label}: {reason}")
-    # bench/_papers.py, bench/_mindformers.py, bench/_bridge_cards.py, bench/_dgxc.py
-    for label, reason in (*NARAYANAN_SKIPPED, *SKIPPED_V130, *SKIPPED_BRIDGE, *SKIPPED_CARDS, *SKIPPED_DGXC):
+    # bench/_papers.py, bench/_mindformers.py, bench/_bridge_cards.py, bench/_moe_recipes.py, bench/_dgxc.py
+    for label, reason in (
+        *NARAYANAN_SKIPPED,
+        *SKIPPED_V130,
+        *SKIPPED_BRIDGE,
+        *SKIPPED_CARDS,
+        *SKIPPED_RECIPES,
+        *SKIPPED_DGXC,
+    ):
         print(f"not priced: {label}: {reason}")
     print(
         "mbs 2: the Megatron rows with micro-batches of 2 sequences (the table does not state the size; "

@@ -1,6 +1,6 @@
 """The public runs' signed errors by feature: which settings the misses follow, device by device.
 
-    python bench/trends.py [--table] [--within device|group|cell] [--pairs] [--where FEATURE=VALUE ...]
+    python bench/trends.py [--table] [--within device|group|cell] [--pairs] [--terms] [--where FEATURE=VALUE ...]
         [--dump|--rows FILE]
 
 Each row of bench/public_runs.py is read back through its run config (`features`): framework, device,
@@ -19,7 +19,11 @@ printed by value (categories) or by tercile (numbers, with the Spearman rank cor
 whose device holds at least `MIN_ROWS` of them); a feature whose buckets differ by more than their
 spread is one to look into with bench/decompose.py. `--table` prints every row's features and error.
 `--pairs` prints every two rows of one model on one device that differ in one or two settings, their measured
-ratio of GPU-seconds a token beside ppb's (`pairs`: a setting's effect with the rest of the row held). `--where
+ratio of GPU-seconds a token beside ppb's (`pairs`: a setting's effect with the rest of the row held). `--terms`
+fits the published seconds as ppb's times one rate per device, group or cell plus one candidate term at a time
+(`TERMS`: seconds an iteration, a micro-batch, a node, a doubling of the nodes, a data-parallel rank, or one of
+ppb's own terms scaled): a term the runs spend that ppb leaves out or prices too cheaply, the same in every
+framework, has a positive coefficient (`term_fit`). `--where
 moe=dense` keeps the rows of one value (repeatable); `--rows FILE` reads the rows an earlier run
 dumped (`--dump FILE`) to skip the ~2 minutes of pricing.
 Nothing here prices anything: it reads the rows and ppb's iteration as they are.
@@ -411,6 +415,68 @@ def pair_gaps(rows: Sequence[dict[str, Any]]) -> dict[str, list[float]]:
     return dict(sorted(found.items()))
 
 
+# A term ppb might miss or price too cheaply (`term_fit`): its name, the unit of its coefficient, and its seconds
+# for a row at a coefficient of one (a thousandth of a second for the terms counted in ms). ppb's own terms
+# (`share_*` times ppb's seconds) read as the share of that term missing (+0.5: the runs spend half again as
+# much; −0.5: ppb charges twice what they spend).
+TERMS: tuple[tuple[str, str, Callable[[dict[str, Any]], float]], ...] = (
+    ("fixed", "ms an iteration", lambda row: 1e-3),
+    ("micro-batch", "ms a micro-batch", lambda row: 1e-3 * row["m"]),
+    ("node", "ms a node", lambda row: 1e-3 * row["nodes"]),
+    ("log2 nodes", "ms a doubling of the nodes", lambda row: 1e-3 * math.log2(row["nodes"])),
+    ("dp rank", "ms a data-parallel rank", lambda row: 1e-3 * row["dp"]),
+    *(
+        (f"ppb's {name}", f"of ppb's {name} missing", lambda row, name=name: row[f"share_{name}"] * row["ppb_s"])
+        for name in (*SHARES, "host_wait")
+    ),
+)
+
+
+def term_fit(
+    rows: Sequence[dict[str, Any]], term: Callable[[dict[str, Any]], float], within: str
+) -> tuple[float, float]:
+    """(coefficient, t) of one candidate term in the fit published = ppb · (1 + c_w) + coefficient · term, one rate
+    c_w per *within* value (a gap proportional to ppb's seconds: a kernel rate every row of the cell shares), each
+    row's miss relative to its published seconds (the fit of the relative miss, 1 − ppb/published = −error, on c_w ·
+    ppb/published and the term over the published seconds). A term ppb leaves out shows as a positive
+    coefficient in its units, one it overprices as a negative one. Least squares by Frisch-Waugh-Lovell: the miss
+    and the term each less their projection on ppb/published within the row's *within* value, the slope of one
+    on the other, its t over n − values − 1 degrees of freedom (0, 0 when the term is a multiple of ppb's
+    seconds within every value)."""
+    by: dict[Any, list[int]] = defaultdict(list)
+    for k, row in enumerate(rows):
+        by[row[within]].append(k)
+    x = [row["ppb_s"] / row["published_s"] for row in rows]
+    y = [-row["error"] for row in rows]
+    z = [term(row) / row["published_s"] for row in rows]
+    ry, rz = y[:], z[:]
+    for members in by.values():
+        xx = sum(x[k] * x[k] for k in members)
+        by_y = sum(x[k] * y[k] for k in members) / xx
+        by_z = sum(x[k] * z[k] for k in members) / xx
+        for k in members:
+            ry[k] -= by_y * x[k]
+            rz[k] -= by_z * x[k]
+    szz = sum(v * v for v in rz)
+    freedom = len(rows) - len(by) - 1
+    if szz <= 1e-12 * sum(v * v for v in z) or freedom <= 0:
+        return 0.0, 0.0
+    slope = sum(a * b for a, b in zip(rz, ry, strict=True)) / szz
+    left = sum((b - slope * a) ** 2 for a, b in zip(rz, ry, strict=True)) / freedom
+    return slope, slope / math.sqrt(left / szz) if left > 0 else math.copysign(math.inf, slope)
+
+
+def print_terms(rows: Sequence[dict[str, Any]], within: str) -> None:
+    """Each candidate term's coefficient and t beside a proportional gap per *within* value (`term_fit`)."""
+    print(
+        f"what ppb misses of the measured seconds: a gap proportional to ppb's seconds, one rate per {within}, "
+        "plus one term at a time (+: the runs spend more of it than ppb; |t| > 2 a trend)"
+    )
+    for name, unit, term in TERMS:
+        coefficient, t = term_fit(rows, term, within)
+        print(f"  {name:28s} {coefficient:+9.3f} {unit:34s} t {t:+5.1f}")
+
+
 def option(argv: list[str], name: str) -> str | None:
     return argv[argv.index(name) + 1] if name in argv else None
 
@@ -442,6 +508,9 @@ def main(argv: list[str]) -> int:
         print()
     if "--pairs" in argv:
         print_pairs(rows)
+        print()
+    if "--terms" in argv:
+        print_terms(rows, within)
         print()
     print_trends(rows, within)
     return 0

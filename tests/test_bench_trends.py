@@ -133,3 +133,44 @@ def test_megatron_bridge_s_a_b_is_a_pair_apart_in_the_combined_1f1b_alone(bench)
     apart, first, second, measured, _ = found
     assert apart == ["ep_overlap"] and (first["ep_overlap"], second["ep_overlap"]) == (False, True)
     assert measured == pytest.approx(20.99203 / 24.7138)
+
+
+def test_term_fit_by_hand(bench):
+    # One cell, published 1 s each, so ppb/published = ppb, the miss 1 − ppb, the term over published = t:
+    # rows (ppb, t, miss) (1.0, 0, 0), (1.0, 0.1, 0), (0.8, 0.1, 0.2).
+    # Less their projections on ppb (sum ppb² = 1 + 1 + 0.64 = 2.64): the miss's coefficient 0.16 / 2.64 =
+    # 0.060606, the term's (0.1 + 0.08) / 2.64 = 0.068182; miss residuals −0.060606, −0.060606, 0.2 − 0.048485 =
+    # 0.151515; term residuals −0.068182, 0.1 − 0.068182 = 0.031818, 0.1 − 0.054545 = 0.045455.
+    # szz = 0.0046488 + 0.0010124 + 0.0020661 = 0.0077273; szy = 0.0041322 − 0.0019284 + 0.0068871 = 0.0090909:
+    # slope 0.0090909 / 0.0077273 = 20/17 = 1.17647. Left: 0.019608, −0.098039, 0.098039, squares summing to
+    # 0.019608 over 3 − 1 − 1 = 1; se = sqrt(0.019608 / 0.0077273) = 1.59294, t = 1.17647 / 1.59294 = 0.7386
+    rows = [
+        {"cell": "a", "published_s": 1.0, "ppb_s": 1.0, "error": 0.0, "t": 0.0},
+        {"cell": "a", "published_s": 1.0, "ppb_s": 1.0, "error": 0.0, "t": 0.1},
+        {"cell": "a", "published_s": 1.0, "ppb_s": 0.8, "error": -0.2, "t": 0.1},
+    ]
+    slope, t = bench.term_fit(rows, lambda row: row["t"], "cell")
+    assert slope == pytest.approx(20 / 17)
+    assert t == pytest.approx(0.7386, abs=1e-3)
+
+
+def test_term_fit_recovers_a_term_the_rows_were_made_with(bench):
+    # published = ppb · (1 + c) + 2 · term with c 0.1 in cell a and 0.2 in cell b, no noise:
+    # a: ppb 1, term 0 -> 1.1; ppb 1, term 0.05 -> 1.2; ppb 2, term 0.1 -> 2.4;
+    # b: ppb 1, term 0.1 -> 1.4; ppb 2, term 0 -> 2.4 (cell, ppb, term, published)
+    made = [
+        ("a", 1.0, 0.0, 1.1),
+        ("a", 1.0, 0.05, 1.2),
+        ("a", 2.0, 0.1, 2.4),
+        ("b", 1.0, 0.1, 1.4),
+        ("b", 2.0, 0.0, 2.4),
+    ]
+    rows = [
+        {"cell": cell, "published_s": published, "ppb_s": ppb, "error": ppb / published - 1, "t": term}
+        for cell, ppb, term, published in made
+    ]
+    slope, t = bench.term_fit(rows, lambda row: row["t"], "cell")
+    assert slope == pytest.approx(2.0)
+    assert abs(t) > 1e6  # an exact fit
+    # a term that is ppb's own seconds within each cell is the cell's rate: nothing left to fit
+    assert bench.term_fit(rows, lambda row: 0.3 * row["ppb_s"], "cell") == (0.0, 0.0)

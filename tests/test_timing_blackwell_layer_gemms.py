@@ -237,3 +237,27 @@ def test_gpt_oss_expert_gemms_on_a_sustained_gb200_run_near_ppb_s_in_step_price(
         shapes = ((2560, 2560), (3072, 3072), (5120, 2560), (6144, 3072))
         priced = 1e3 * sum(kernels.gemm_compute_s(m, n, k) for n, k in shapes)
         assert priced == pytest.approx(sum(times), rel=0.10)
+
+
+def test_qwen3_30b_expert_gemms_on_a_sustained_gb200_run_no_faster_than_ppb_s_in_step_price():
+    """Held out (session 30): Qwen3-30B-A3B's expert GEMMs (hidden 2048, expert FFN 768: fc1 m x 2048 -> 1536, fc2
+    m x 768 -> 2048; forward, dgrad and wgrad of each) in the power-sampled GB200 table's BF16 products
+    (systems/data/gb200/gemm/trtllm/1.3.0rc17 at 095f58a, each shape replayed for a second or more, 340-780 W here)
+    at m = 16384 (an expert's rows at EP 16, MBS 4: 16384 · 8 / 8 local experts) and m = 8192 (EP 8, MBS 4):
+    (m, 1536, 2048) 0.0822 / 0.0406 ms, (m, 2048, 1536) 0.0799 / 0.0398, (1536, 2048, m) 0.0809 / 0.0428,
+    (m, 2048, 768) 0.0417 / 0.0209, (m, 768, 2048) 0.0428 / 0.0203, (2048, 768, m) 0.0518 / 0.0251: sums 0.3793 and
+    0.1895 ms. Ppb's tiles at the GB200's MAMF and layer share price each expert's six kernels at 1.08 and 1.23 of
+    that, never faster in sum: the 30B rows' shortfall is not in short k or narrow n kernel by kernel."""
+    measured = {
+        16384: (0.0822, 0.0799, 0.0809, 0.0417, 0.0428, 0.0518),
+        8192: (0.0406, 0.0398, 0.0428, 0.0209, 0.0203, 0.0251),
+    }
+    assert sum(measured[16384]) == pytest.approx(0.3793, abs=1e-4)
+    assert sum(measured[8192]) == pytest.approx(0.1895, abs=1e-4)
+    gb200 = DEVICE_CATALOG["gb200"]
+    kernels = Kernels.from_device(gb200, "bf16")
+    kernels = replace(kernels, gemm_ceiling=kernels.gemm_ceiling * gb200.layer_gemm_share)
+    for m, times in measured.items():
+        shapes = ((m, 1536, 2048), (m, 2048, 1536), (1536, 2048, m), (m, 2048, 768), (m, 768, 2048), (2048, 768, m))
+        priced = 1e3 * sum(kernels.gemm_compute_s(*shape) for shape in shapes)
+        assert sum(times) <= priced <= 1.25 * sum(times)

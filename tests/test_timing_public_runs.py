@@ -343,6 +343,64 @@ def test_megatron_bridge_card_rows_take_the_h100_recipe_with_only_the_overlap_ch
     assert sorted(row.seconds for row in rows) == [pytest.approx(20.99203), pytest.approx(24.7138)]
 
 
+def test_megatron_lm_moe_recipe_rows_take_each_recipe_s_settings(public):
+    rows = {row.name: row for row in public.public_runs() if row.source == public.MOE_RECIPES}
+    runs = {name: public.config(row) for name, row in rows.items()}
+    assert len(runs) == 4
+    prefix = "Megatron-LM recipe Qwen3 30B-A3B "
+    h100_bf16, h100_fp8 = (
+        runs[prefix + "BF16 EP8 HybridEP (32 H100)"],
+        runs[prefix + "FP8 blockwise EP8 HybridEP graphs (32 H100)"],
+    )
+    gb200_bf16, gb200_mx = (
+        runs[prefix + "BF16 EP16 HybridEP (16 GB200)"],
+        runs[prefix + "MXFP8 EP16 HybridEP graphs (16 GB200)"],
+    )
+    # examples/moe_recipes/qwen3_30b (Megatron-LM dev): H100 TP 1, PP 1, EP 8 on 32 GPUs, DP 32, GBS 256 / (MBS 1 · 32)
+    # = 8 micro-batches; GB200 EP 16 on 16 GPUs, DP 16, GBS 512 / (MBS 4 · 16) = 8
+    for run in (h100_bf16, h100_fp8):
+        assert (run.parallel.dp, run.parallel.ep, run.training.micro_batch_size, run.training.micro_batches) == (
+            32,
+            8,
+            1,
+            8,
+        )
+        assert run.timing.overlap.dp == 1.0 and run.timing.overlap.param_gather == 1.0
+    for run in (gb200_bf16, gb200_mx):
+        assert (run.parallel.dp, run.parallel.ep, run.training.micro_batch_size, run.training.micro_batches) == (
+            16,
+            16,
+            4,
+            8,
+        )
+        # neither overlap_grad_reduce nor overlap_param_gather in the GB200 recipes; one NVL72 domain of 16
+        assert run.timing.overlap.dp == 0.0 and run.timing.overlap.param_gather == 0.0
+        assert run.parallel.devices_per_node == 16
+    for run in runs.values():
+        # flex/hybridep at HybridEP's own SM default, the NaN check (Megatron's default), both logging reductions
+        assert run.timing.moe_dispatcher == "hybridep" and run.timing.moe_flex_dispatcher_num_sms is None
+        assert run.timing.check_for_nan_in_grad and run.timing.log_params_norm and run.timing.log_num_zeros_in_grad
+        assert run.training.moe.router.force_balance
+    assert (h100_bf16.timing.matmul_dtype, gb200_bf16.timing.matmul_dtype) == ("bf16", "bf16")
+    assert (h100_fp8.timing.fp8_recipe, gb200_mx.timing.fp8_recipe) == ("blockwise", "mxfp8")
+    assert h100_fp8.timing.fp8_param_gather and not gb200_mx.timing.fp8_param_gather
+    for run in (h100_fp8, gb200_mx):
+        assert run.timing.cuda_graph_modules == ["attn", "moe_router", "moe_preprocess"]
+    assert not h100_bf16.timing.cuda_graph_modules and not gb200_bf16.timing.cuda_graph_modules
+    # Megatron's FLOPs a token (training.py transformer_flops): a layer's attention linears 6·2048·(4096 + 2·512) +
+    # 6·4096·2048 = 62,914,560 + 50,331,648 = 113,246,208, its experts 6·2048·768·8·3 = 226,492,416, so 48 layers
+    # 16,307,453,952; logits 6·2048·151,936 = 1,866,989,568; the causal core 6·4096·4096·48 = 4,831,838,208 a
+    # token at sequence 4096: 23,006,281,728. The step is GBS · 4096 tokens of that over GPUs · TFLOP/s.
+    per_token = 23_006_281_728
+    expected = {
+        prefix + "BF16 EP8 HybridEP (32 H100)": 256 * 4096 * per_token / (32 * 234.1e12),  # 3.2203 s
+        prefix + "FP8 blockwise EP8 HybridEP graphs (32 H100)": 256 * 4096 * per_token / (32 * 232.4e12),  # 3.2438
+        prefix + "BF16 EP16 HybridEP (16 GB200)": 512 * 4096 * per_token / (16 * 528e12),  # 5.7111 s
+        prefix + "MXFP8 EP16 HybridEP graphs (16 GB200)": 512 * 4096 * per_token / (16 * 514e12),  # 5.8667 s
+    }
+    assert {name: row.seconds for name, row in rows.items()} == pytest.approx(expected, rel=1e-12)
+
+
 def test_megatron_bridge_verification_card_rows_take_each_commit_s_perf_recipe(public):
     rows = {row.name: row for row in public.public_runs() if row.source == public.BRIDGE_VERIFICATION}
     runs = {name: public.config(row) for name, row in rows.items()}
