@@ -5,8 +5,9 @@ Two sources, one group ("Megatron-Bridge cards"). First, the model verification 
 (dense, GQA, MoE and MLA decoders) at its own bridge_commit's recipe, `bridge_verification_rows` below: the tuned
 `pretrain_performance` entries and the bounded `pretrain` runs on real data. Not priced, and why (`SKIPPED_CARDS`,
 printed by bench/public_runs.py): hybrid Mamba models (Nemotron 3 / 3.5); attention ppb does not describe
-(DeepSeek-V4's compressed attention, GLM-5's DSA, Qwen3.5's Gated DeltaNet); FP8 attention and full-iteration graphs
-over paged expert stashes at a fixed rank capacity (every MXFP8 Blackwell entry of Qwen3, GPT-OSS and DeepSeek-V3);
+(DeepSeek-V4's compressed attention, GLM-5's DSA, Qwen3.5's Gated DeltaNet); full-iteration graphs
+over paged expert stashes at a fixed rank capacity (every MXFP8 Blackwell entry of Qwen3, GPT-OSS and DeepSeek-V3
+but the Qwen3 30B GB200 functional run, whose FP8 attention is priced: `_qwen3_30b_gb200_functional`);
 NVFP4 (Nemotron 3 Super GB300); SFT and PEFT entries (packed variable-length sequences, LoRA); vision-language
 cards (Gemma); checkpoint_resume entries (their pretrain entry's recipe, priced once). Unstated settings are flagged
 in each row's assumptions (natural routing priced balanced, the large-gradient check, unfused kernels ppb prices
@@ -125,6 +126,7 @@ _PINS: dict[str, tuple[str, str, str]] = {
     "619cc20bd": ("adfb8ec792", "2026-07-20", "2.17"),  # uv.lock 2.17.0+2e559f06
     "411c6b1dc": ("58bf14e9e6", "2026-07-21", "2.17"),  # uv.lock 2.17.0+2e559f06
     "6799f0997": ("d12f6c8c9a", "2026-08-08", "2.17"),  # uv.lock 2.17.1
+    "487f56398": ("6cd6ea530e", "2026-07-23", "2.17"),  # uv.lock 2.17.0+2e559f06
 }
 # The cards whose verification_environment names a PyTorch container, not a NeMo one, ran that container's PyTorch:
 # nvcr.io/nvidia/pytorch:26.04-py3, PyTorch 2.11.0a0 with cuDNN 9.20.0.48 (as NeMo 26.04, built on it, states them:
@@ -305,6 +307,41 @@ def _qwen3_30b_h100_functional() -> dict[str, Any]:
     }
 
 
+def _qwen3_30b_gb200_functional() -> dict[str, Any]:
+    """recipes/qwen/gb200/qwen3_moe.py `qwen3_30b_a3b_pretrain_8gpu_gb200_fp8mx_functional_config` at 487f56398 over
+    recipes/qwen/h100/qwen3_moe.py's 16-GPU config (no recompute, rope, bias-activation and router fusion, HybridEP
+    on 32 SMs, TE graphs of moe_router and moe_preprocess, the distributed optimizer's gathers and reductions
+    overlapped): `bf16_with_mxfp8_mixed` (MXFP8 GEMMs and parameter gathers, BF16 gradient reduction, no
+    precision-aware optimizer: fp32 moments), TP 1, PP 1, EP 8 on 8 GB200 (DP 8), GBS 512, MBS 4, natural routing,
+    TE's FP8 attention (mixed_precision.fp8_dot_product_attention), the combined 1F1B with delay_wgrad_compute,
+    the functional checks; its environment puts the 8 ranks in one NVLink domain (USE_MNNVL 1,
+    NUM_OF_HYBRID_EP_RANKS_PER_NVLINK_DOMAIN 8)."""
+    label = "Qwen3 30B-A3B MXFP8 EP8 HybridEP EP-overlap FP8 attention natural routing (8 GB200)"
+    raw = _qwen3_run(label, QWEN3_30B_A3B, 8, 512, 4, {"ep": 8}, "gb200", a2a_overlap=True, fp8_recipe="mxfp8")
+    raw["parallel"]["devices_per_node"] = 8
+    raw["training"]["moe"]["router"]["force_balance"] = False
+    raw["timing"].update({**_flex("hybridep"), **_te_graphs(*_ROUTER)})
+    raw["timing"].update(check_for_nan_in_grad=True, ddp_average_in_collective=True, fp8_dot_product_attention=True)
+    return {
+        "raw": _pinned(raw, "487f56398"),
+        "label": label,
+        "card": "qwen3-30b-a3b",
+        "item": "pretrain",
+        "gpu": "GB200",
+        "commit": "487f56398",
+        "ms": 12362.340,
+        "notes": (
+            _NATURAL,
+            *_FUNCTIONAL,
+            "TE's op fuser with its CuTe DSL fused grouped MLP (NVTE_CUTEDSL_FUSED_GROUPED_MLP=1, GLU interleave 32) "
+            "priced as TEGroupedMLP's grouped GEMMs and activation",
+            "MXFP8's gathered parameters not copied out of the gradient buffer",
+            "the layernorm SM margins, HybridEP's combine chunk and the high-priority all-to-all stream (environment "
+            "and stream settings) not priced",
+        ),
+    }
+
+
 # openai/gpt-oss-20b config.json: the 120B's layer (hidden 2880, 64 query and 8 key-value heads of 64, sinks, the
 # window of 128 on every other layer from the first, quick-GEGLU experts of 2880 with biases and clamp 7, YaRN 32)
 # at 24 layers and 32 experts, top 4; ppb's reading of configs/hf/gpt-oss-120b.json with those three changed
@@ -449,14 +486,8 @@ SKIPPED_CARDS: tuple[tuple[str, str], ...] = (
         "Megatron-Bridge cards: Qwen3 30B-A3B MXFP8 GB200 / GB300 (and the GB300 weak-scaling points, 8-256 GPUs), "
         "Qwen3 235B-A22B MXFP8 GB200 / GB300, GPT-OSS 120B MXFP8 GB300, DeepSeek-V3 MXFP8 GB200 / GB300",
         "full-iteration graphs over paged expert stashes at a rank capacity of 1.5 (moe_paged_stash, "
-        "moe_expert_rank_capacity_factor: static expert shapes ppb cannot state), all but DeepSeek-V3 GB200 with "
-        "FP8 attention (fp8_dot_product_attention), which ppb does not price (`_enable_hybridep_full_iteration_"
-        "mxfp8` and its DeepSeek and GPT-OSS twins)",
-    ),
-    (
-        "Megatron-Bridge cards: Qwen3 30B-A3B MXFP8 pretrain / checkpoint_resume (8 GB200, "
-        "qwen3_30b_a3b_pretrain_8gpu_gb200_fp8mx_functional_config)",
-        "FP8 attention (fp8_dot_product_attention), which ppb does not price",
+        "moe_expert_rank_capacity_factor: static expert shapes ppb cannot state; `_enable_hybridep_full_iteration_"
+        "mxfp8` and its DeepSeek and GPT-OSS twins); their FP8 attention ppb prices (timing.fp8_dot_product_attention)",
     ),
     (
         "Megatron-Bridge cards: every checkpoint_resume entry",
@@ -493,6 +524,7 @@ def bridge_verification_rows() -> list[dict[str, Any]]:
         _gpt_oss_120b_h100_functional(),
         _moonlight_h100(),
         _gpt_oss_20b_h100_functional(),
+        _qwen3_30b_gb200_functional(),
     )
     for entry in (*entries, *functional):
         raw, ms, item = entry["raw"], entry["ms"], entry.get("item", "pretrain_performance")

@@ -345,7 +345,13 @@ def _deepseek_nemo2_run(name: str, device: str, gpus: int, parallel: dict[str, i
             "micro_batches": 8 * gpus // dp,
             "dtype": "bf16",
             "grad_bytes": 4,
-            "flash_attention": True,
+            # TransformerEngine of the container (2025-03-18; v2.2 to v2.4 alike) has no attention kernel for MLA's
+            # 192-wide query/key heads on Blackwell: fused_attn.cpp `nvte_get_fused_attn_backend` refuses cuDNN's
+            # F16_arbitrary_seqlen at `sm_arch_ >= 100 && (head_dim_qk > 128 || head_dim_v > 128)` (eee710a341;
+            # lifted by 71c76b6ba "Add support for head_dim > 128", 2025-06-14, v2.5) and dot_product_attention/
+            # utils.py `get_attention_backend` drops FlashAttention at head_dim_qk != head_dim_v ("does not support
+            # MLA"): UnfusedDotProductAttention runs on GB200 (hence core_attn recompute there); cuDNN on H100
+            "flash_attention": device != "gb200",
             "recompute": {"granularity": "selective", "modules": list(modules)},
             "moe": {
                 "capacity_factor": 1.0,
@@ -391,7 +397,9 @@ def deepseek_dgxc_rows() -> list[dict[str, Any]]:
                 "assumptions": (
                     "the container's Megatron-LM and TransformerEngine as NeMo v2.3.0's manifest pins",
                     "moe_shared_expert_overlap (the shared expert beside the dispatch) priced in sequence",
-                    "group-limited routing (8 groups, top 4) priced as plain top-k",
+                    "GB200: TransformerEngine's unfused attention (no MLA kernel on sm100 before TE 2.5)"
+                    if device == "gb200"
+                    else "H100: cuDNN's fused attention",
                     "the precision-aware optimizer (FP32 moments) as Megatron's distributed one",
                 ),
             }

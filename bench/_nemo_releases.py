@@ -309,7 +309,7 @@ SKIPPED: tuple[tuple[str, str], ...] = (
     (
         "26.06 / 26.06.01 MoE rows (Qwen3, DeepSeek-V3, GPT-OSS, Kimi K2)",
         "not transcribed; v0.5.0's presets add settings ppb does not price (e.g. Qwen3 30B GB200: "
-        "cutedsl_fused_grouped_mlp, fp8_dot_product_attention, full-iteration graphs)",
+        "cutedsl_fused_grouped_mlp, full-iteration graphs over the paged expert stash at rank capacity 1.5)",
     ),
     (
         "26.02.01 Qwen3 235B MXFP8 PP8 VP4 EP8 (256 B300)",

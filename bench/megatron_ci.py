@@ -592,6 +592,60 @@ def cluster_pairs(files: dict[str, set[str]] | None = None) -> list[ClusterPair]
     return found
 
 
+@dataclass(frozen=True)
+class GoldenVersion:
+    """One earlier recording of a case's dev golden file (`golden_reruns`), GiB."""
+
+    commit: str  # the commit that wrote this version, and its date
+    peak: float  # the last logged `mem-max-allocated-bytes`
+    after_step: float | None  # the last logged `mem-allocated-bytes`
+    # the flags and variables set otherwise than where the newest version (the one a row scores) was written
+    # (None: no config there)
+    changed: tuple[str, ...] | None
+
+
+def _settings(commit: str, case_dir: str) -> dict[str, Any] | None:
+    """The case's flags and exported variables at *commit* (its model_config.yaml's MODEL_ARGS and ENV_VARS)."""
+    try:
+        config = yaml.safe_load(_git("show", f"{commit}:{case_dir}/model_config.yaml")) or {}
+    except subprocess.CalledProcessError:
+        return None
+    return {**(config.get("ENV_VARS") or {}), **(config.get("MODEL_ARGS") or {})}
+
+
+def _changed(then: dict[str, Any] | None, now: dict[str, Any] | None) -> tuple[str, ...] | None:
+    if then is None or now is None:
+        return None
+    return tuple(sorted(name for name in then.keys() | now.keys() if then.get(name) != now.get(name)))
+
+
+def golden_reruns(path: str) -> list[GoldenVersion]:
+    """Every version of a golden file that recorded a peak, newest first (`_history`: renames followed, pure
+    renames skipped), with the case's flags and variables set otherwise then than where the newest was written
+    (later commits may change a case's flags without recording again). Versions
+    with the same settings and the same memory after the step (the parameters, gradients and optimizer states
+    the run holds) that log different peaks show what moves the peak from one recording to the next without any
+    setting changing: what the data and the initialization route, for an MoE case."""
+    now: dict[str, Any] | None = None
+    found: list[GoldenVersion] = []
+    for commit, where, renamed in _history(path):
+        if renamed:
+            continue
+        sha = commit.split()[0]
+        try:
+            data = json.loads(_git("show", f"{sha}:{where}"))
+        except (subprocess.CalledProcessError, json.JSONDecodeError):
+            continue
+        peak = last_peak_gib(data.get("mem-max-allocated-bytes"))
+        after = last_peak_gib(data.get("mem-allocated-bytes"))
+        if peak is None or (found and found[-1].peak == peak and found[-1].after_step == after):
+            continue  # an edit that kept the memory values records nothing new
+        settings = _settings(sha, where.rsplit("/", 1)[0])
+        now = settings if not found else now
+        found.append(GoldenVersion(commit, peak, after, _changed(settings, now)))
+    return found
+
+
 def _states_at_start(row: Row) -> bool:
     """Whether the row's run has its optimizer's states before iteration 1 (`training.optimizer_states_at_start`,
     set by `ppb import megatron` from the case's flags)."""
@@ -785,6 +839,21 @@ def main() -> int:
             rise = f"{item.rise:+7.2f}" if item.rise is not None else f"{'-':>7s}"
             at_load = "  at load" if _states_at_start(row) else ""
             print(f"  {name:62s} {row.gpu:4s} {first} {ppb} {second} {rise}{at_load}")
+        print()
+        print("Rows beyond 3% recorded again: each version of the row's golden file, newest first, with the peak and")
+        print("the memory after the step it logged and the flags set otherwise than for the newest (`golden_reruns`):")
+        for item in iteration_rows(rows):
+            row = item.row
+            path = f"{CASES}/{row.family}/{row.case}/golden_values_dev_dgx_{row.gpu}.json"
+            print(f"  {row.family}/{row.case} ({row.gpu}), ppb {row.peak[1] if row.peak else 0.0:.3f}")
+            for version in golden_reruns(path):
+                after = f"{version.after_step:7.3f}" if version.after_step is not None else f"{'-':>7s}"
+                if version.changed is None:
+                    flags = "flags not found"
+                else:
+                    more = " ..." if len(version.changed) > 4 else ""
+                    flags = ", ".join(version.changed[:4]) + more or "the same flags"
+                print(f"    {version.commit:22s} {version.peak:7.3f} {after}  {flags}")
         print()
         print("One case's peak measured on two clusters of the same GPU (dev golden files; their runs may be of")
         print("different commits, each file's memory set by the commit shown): how far two measurements lie apart:")

@@ -1,7 +1,7 @@
 """The public runs' signed errors by feature: which settings the misses follow, device by device.
 
     python bench/trends.py [--table] [--within device|group|cell] [--pairs] [--terms] [--where FEATURE=VALUE ...]
-        [--dump|--rows FILE]
+        [--classes] [--dump|--rows FILE]
 
 Each row of bench/public_runs.py is read back through its run config (`features`): framework, device,
 precision (BF16, or FP8 with its recipe), model size and family, dense or MoE, the parallel sizes (TP, PP, VP,
@@ -23,7 +23,9 @@ ratio of GPU-seconds a token beside ppb's (`pairs`: a setting's effect with the 
 fits the published seconds as ppb's times one rate per device, group or cell plus one candidate term at a time
 (`TERMS`: seconds an iteration, a micro-batch, a node, a doubling of the nodes, a data-parallel rank, or one of
 ppb's own terms scaled): a term the runs spend that ppb leaves out or prices too cheaply, the same in every
-framework, has a positive coefficient (`term_fit`). `--where
+framework, has a positive coefficient (`term_fit`). `--classes` (when pricing) also collects bench/decompose.py's
+GEMM, attention and recompute-rerun seconds of each row (`CLASSES`; ~2 minutes more), which `--terms` then fits
+as ppb's own terms are: the share of a kernel class ppb misses beside the rows' rate. `--where
 moe=dense` keeps the rows of one value (repeatable); `--rows FILE` reads the rows an earlier run
 dumped (`--dump FILE`) to skip the ~2 minutes of pricing.
 Nothing here prices anything: it reads the rows and ppb's iteration as they are.
@@ -44,6 +46,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
+from decompose import RECOMPUTE_CLASS, decompose_run  # noqa: E402
 from public_runs import GROUPS, PublicRun, config, public_runs, row_iteration  # noqa: E402
 
 from ppb_core.config.recompute import MegatronRecompute, TorchtitanRecompute  # noqa: E402
@@ -54,6 +57,9 @@ WITHIN = ("device", "group", "cell")  # what a residual is taken against (a cell
 MIN_ROWS = 5  # a device's (or group's) rows below this many leave the rank correlations out
 CATEGORIES = 6  # a number with at most this many values is bucketed by value, else by tercile
 SHARES = ("bubble", "p2p", "dp_communication", "fsdp_communication", "optimizer")
+# bench/decompose.py's op classes whose share of ppb's seconds `--classes` collects (`class_shares`): the busiest
+# stage's layers' GEMMs, flash/unfused attention cores and recompute reruns, each a micro-batch times m
+CLASSES = {"gemm": "GEMMs", "attention": "attention", "rerun": RECOMPUTE_CLASS}
 
 
 def group_of(source: str) -> str:
@@ -142,8 +148,18 @@ def features(row: PublicRun, run: RunConfig, iteration: Iteration) -> dict[str, 
     return found
 
 
-def collect(rows: Sequence[PublicRun] | None = None) -> list[dict[str, Any]]:
-    """Every row's name, features, published and predicted seconds and signed error."""
+def class_shares(run: RunConfig, name: str) -> dict[str, float]:
+    """`CLASSES`' shares of the run's seconds (bench/decompose.py `decompose_run`, which prices the run again:
+    `--classes` only)."""
+    classes, total = decompose_run(run, name)
+    return {
+        f"share_{key}": classes[label].seconds / total if label in classes else 0.0 for key, label in CLASSES.items()
+    }
+
+
+def collect(rows: Sequence[PublicRun] | None = None, classes: bool = False) -> list[dict[str, Any]]:
+    """Every row's name, features, published and predicted seconds and signed error (with *classes*, the
+    op classes' shares, `class_shares`)."""
     found = []
     for row in rows or public_runs():
         run = config(row)
@@ -155,6 +171,7 @@ def collect(rows: Sequence[PublicRun] | None = None) -> list[dict[str, Any]]:
                 "published_s": row.seconds,
                 "ppb_s": iteration.seconds,
                 "error": iteration.seconds / row.seconds - 1,
+                **(class_shares(run, row.name) if classes else {}),
             }
         )
     return found
@@ -429,6 +446,14 @@ TERMS: tuple[tuple[str, str, Callable[[dict[str, Any]], float]], ...] = (
         (f"ppb's {name}", f"of ppb's {name} missing", lambda row, name=name: row[f"share_{name}"] * row["ppb_s"])
         for name in (*SHARES, "host_wait")
     ),
+    *(
+        (
+            f"ppb's {name} (class)",
+            f"of ppb's {name} missing",
+            lambda row, name=name: row[f"share_{name}"] * row["ppb_s"],
+        )
+        for name in CLASSES
+    ),
 )
 
 
@@ -473,6 +498,9 @@ def print_terms(rows: Sequence[dict[str, Any]], within: str) -> None:
         "plus one term at a time (+: the runs spend more of it than ppb; |t| > 2 a trend)"
     )
     for name, unit, term in TERMS:
+        if name.endswith("(class)") and any(f"share_{name.split()[1]}" not in row for row in rows):
+            print(f"  {name:28s} not collected (--classes with --dump, or a dump made with it)")
+            continue
         coefficient, t = term_fit(rows, term, within)
         print(f"  {name:28s} {coefficient:+9.3f} {unit:34s} t {t:+5.1f}")
 
@@ -496,7 +524,7 @@ def main(argv: list[str]) -> int:
         print(f"bench/trends.py: --within {within}: one of {', '.join(WITHIN)}", file=sys.stderr)
         return 2
     dumped = option(argv, "--rows")
-    rows = json.loads(Path(dumped).read_text()) if dumped else collect()
+    rows = json.loads(Path(dumped).read_text()) if dumped else collect(classes="--classes" in argv)
     if dump := option(argv, "--dump"):
         Path(dump).write_text(json.dumps(rows, indent=1))
     rows = kept(rows, argv)

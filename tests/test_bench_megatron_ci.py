@@ -346,3 +346,42 @@ def test_one_case_s_peak_on_two_clusters(bench, tmp_path, monkeypatch):
     assert (pair.case, pair.gpu, pair.cluster) == ("moe/a", "h100", "dgxh100_dgxc")
     assert pair.peak == 3.0 and pair.other == pytest.approx(2.85)
     assert pair.spread == pytest.approx(-0.05)
+
+
+def test_a_golden_file_recorded_again(bench, tmp_path, monkeypatch):
+    # three recordings of one case's dev golden file: 2 GiB then 2.1 GiB with the same flags and 0.5 GiB after the
+    # step each time (2.1/2 - 1 = +5% with nothing set otherwise), an edit that keeps the memory (no recording),
+    # and the oldest, 1.9 GiB, with another --data-path; newest first
+    def git(*args: str) -> str:
+        return git_at(tmp_path, "2025-10-23", *args)
+
+    case = tmp_path / bench.CASES / "moe" / "a"
+    case.mkdir(parents=True)
+    gib = 2**30
+
+    def record(peak: float, data: str, seconds: float = 1.0) -> None:
+        values = {
+            "mem-max-allocated-bytes": {"values": {"1": peak * gib}},
+            "mem-allocated-bytes": {"values": {"1": 0.5 * gib}},
+            "iteration-time": {"values": {"2": seconds}},
+        }
+        (case / "golden_values_dev_dgx_h100.json").write_text(json.dumps(values))
+        (case / "model_config.yaml").write_text(f"MODEL_ARGS:\n  --data-path: {data}\n  --num-experts: 8\n")
+
+    git("init", "-q")
+    record(1.9, "old")
+    git("add", "-A")
+    git("commit", "-qm", "oldest")
+    record(2.0, "new")
+    git("commit", "-qam", "data path changed, recorded again")
+    record(2.1, "new")
+    git("commit", "-qam", "recorded again")
+    record(2.1, "new", seconds=float("nan"))
+    git("commit", "-qam", "times edited, memory kept")
+    monkeypatch.setattr(bench, "MIRROR", str(tmp_path))
+    monkeypatch.setattr(bench, "COMMIT", "HEAD")
+    versions = bench.golden_reruns(f"{bench.CASES}/moe/a/golden_values_dev_dgx_h100.json")
+    assert [round(v.peak, 6) for v in versions] == [2.1, 2.0, 1.9]
+    assert [v.after_step for v in versions] == [0.5, 0.5, 0.5]
+    assert [v.changed for v in versions] == [(), (), ("--data-path",)]
+    assert versions[0].peak / versions[1].peak - 1 == pytest.approx(0.05)

@@ -174,3 +174,41 @@ def test_term_fit_recovers_a_term_the_rows_were_made_with(bench):
     assert abs(t) > 1e6  # an exact fit
     # a term that is ppb's own seconds within each cell is the cell's rate: nothing left to fit
     assert bench.term_fit(rows, lambda row: 0.3 * row["ppb_s"], "cell") == (0.0, 0.0)
+
+
+def test_class_terms_read_the_class_s_share_of_ppb_s_seconds(bench):
+    # published = ppb · 1.1 + 0.5 · attention seconds, one cell, attention seconds = share · ppb:
+    # ppb 1, share 0.1 -> 1.1 + 0.05 = 1.15; ppb 2, share 0.3 -> 2.2 + 0.3 = 2.5; ppb 1, share 0.2 -> 1.2
+    made = [(1.0, 0.1, 1.15), (2.0, 0.3, 2.5), (1.0, 0.2, 1.2)]
+    rows = [
+        {
+            "cell": "a",
+            "published_s": published,
+            "ppb_s": ppb,
+            "error": ppb / published - 1,
+            "share_attention": share,
+            "share_gemm": 0.5,
+            "share_rerun": 0.0,
+        }
+        for ppb, share, published in made
+    ]
+    term = next(term for name, _, term in bench.TERMS if name == "ppb's attention (class)")
+    slope, _ = bench.term_fit(rows, term, "cell")
+    assert slope == pytest.approx(0.5)
+
+
+def test_class_terms_without_collected_classes_say_so(bench, capsys):
+    rows = [{"cell": "a", "published_s": 1.0, "ppb_s": 1.0, "error": 0.0, "m": 1, "nodes": 1, "dp": 1}]
+    rows[0].update({f"share_{name}": 0.0 for name in (*bench.SHARES, "host_wait")})
+    bench.print_terms(rows, "cell")
+    printed = capsys.readouterr().out
+    assert "ppb's rerun (class)" in printed and "not collected" in printed
+
+
+def test_class_shares_of_the_177b_row(bench):
+    # the README's 177B row: flash attention, no recompute (Megatron-LM README core_r0.8.0): no reruns; its GEMMs
+    # are most of the layers' seconds (hidden 12288: 24·h² FLOPs a token against attention's 4·s·h at s 4096)
+    row = next(r for r in bench.public_runs() if r.name.startswith("Megatron GPT 177B ("))
+    shares = bench.collect([row], classes=True)[0]
+    assert shares["share_rerun"] == 0.0
+    assert 0 < shares["share_attention"] < shares["share_gemm"] < 1

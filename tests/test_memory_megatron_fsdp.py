@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import pytest
 from test_memory_model import DUMMIES_TAIL
-from test_memory_runs import DENSE, layers, make_run, model
+from test_memory_runs import DENSE, DENSE_BODY_PARAMS, layers, make_run, model
 
 from ppb_core.balance.megatron_import import import_megatron, run_config_of
 from ppb_core.errors import InputError
@@ -51,13 +51,34 @@ def test_the_copy_is_held_at_the_optimizer_step_and_at_the_loss():
 
 def test_a_gathered_module_gathers_nothing_more_in_its_backward():
     # SAPP's rule gathers the other rank's shard of 2 layers in a backward: 2·(65536 − 32768)·2 = 131072 for
-    # the HEAD under FSDP2; under Megatron-FSDP the embedding is whole already: 0
+    # the HEAD under FSDP2; under Megatron-FSDP the embedding is whole already, and its backward fills the
+    # whole gradient bucket `main_grad_getter` fetches (param_and_grad_buffer.py, d98e8a64): 65536 elements in
+    # the main gradients' dtype, training.grad_bytes 4 by default, 262144 bytes
     rules = MegatronRules()
-    for impl, expected in ((None, 0), ("torch_fsdp2", 131072)):
+    for impl, expected in ((None, 65536 * 4), ("torch_fsdp2", 131072)):
         memory = model(_run(impl))
         head = layers(memory.run)["HEAD"]
         params = memory.parameters(head)
         assert rules.parameter_working_bytes(params, memory.setup, "HEAD", 2, None, params, kind=head.kind) == expected
+
+
+def test_a_units_backward_holds_whole_buckets_of_parameters_and_gradients():
+    # Megatron-FSDP all-gathers a unit into a fresh bucket of its whole size beside the rank's persistent shard
+    # (`AllGatherPipeline.async_bucket_gather` → `DataParallelBuffer.fetch_bucket`), and its gradients go to a
+    # whole unsharded bucket (`main_grad_getter`, febd25e3fb and d98e8a64). DENSE's body layer: 41088 elements
+    # (test_memory_runs.DENSE_BODY_PARAMS), 2 gathered at 2 bytes = 164352, its gradient bucket at 4 bytes =
+    # 164352: 328704. SAPP's (FSDP2's) rule: the other rank's half of 2 layers, 2·20544·2 = 82176
+    rules = MegatronRules()
+    for impl, expected in ((None, 2 * DENSE_BODY_PARAMS * 2 + DENSE_BODY_PARAMS * 4), ("torch_fsdp2", 82176)):
+        memory = model(_run(impl))
+        found = layers(memory.run)
+        block = found[next(name for name in found if name not in ("HEAD", "TAIL"))]
+        params = memory.parameters(block)
+        assert params.total == 41088
+        assert rules.parameter_working_bytes(params, memory.setup, "BODY", 2, params, params, kind=block.kind) == (
+            expected
+        )
+    assert 2 * 41088 * 2 + 41088 * 4 == 328704
 
 
 def test_an_mtp_layers_inner_transformer_layer_is_a_unit():

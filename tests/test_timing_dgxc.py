@@ -3,6 +3,9 @@ tag's yaml, launch scripts and NeMo recipes set."""
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import pytest
 from bench_modules import load_bench
 
@@ -151,3 +154,10 @@ def test_deepseek_rows_run_launch_sh_and_the_perf_script(public, nemo2):
     assert run.parallel.layout.split("|")[0].count("t") == 15 and run.parallel.layout.count("t") == 61
     assert (run.parallel.ep, run.parallel.dp, run.training.micro_batches) == (32, 16, 64)
     assert run.training.recompute.modules == ("core_attn",)
+    # MLA's query/key heads are 128 + 64 = 192 wide, its value heads 128. TransformerEngine before 71c76b6ba
+    # (2025-06-14, v2.5) refuses cuDNN's fused attention on sm100 above 128 (fused_attn.cpp
+    # `nvte_get_fused_attn_backend`, v2.2-v2.4) and FlashAttention at unequal widths (utils.py
+    # `get_attention_backend`): GB200 runs TE's unfused attention, H100 (sm90, cuDNN 9 to 256) the fused one
+    hf = json.loads((Path(__file__).parents[1] / "configs" / "hf" / "deepseek-v3.json").read_text())
+    assert (hf["qk_nope_head_dim"] + hf["qk_rope_head_dim"], hf["v_head_dim"]) == (192, 128)
+    assert (run.training.flash_attention, public.config(h100).training.flash_attention) == (False, True)

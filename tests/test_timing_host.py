@@ -113,15 +113,17 @@ def test_the_backward_launches_what_it_reruns_again():
 
 def test_a_rerun_dispatch_still_launches_both_counts():
     # Full recompute reruns the dispatch: CheckpointFunction.backward calls the MoE layer's forward again,
-    # whose dispatcher synchronizes again (`again`, the forward's wait). The host still issues the rerun's
-    # launches and then the backward's, one after another. MoE ops router (1, 2), permute (1, 2), dispatch
-    # (1, 2), experts (2, 4): 5 forward, 10 backward launches, 1 s each; GPU forward 4 s (1 each), backward
-    # 8 s, the rerun 4 s; dropless alltoall. Forward wait (host.py `dispatcher_wait_s`): the permutation's
-    # 1 s queued, then the dispatch (1 kernel, 1 s), the experts (2 kernels of 0.5 s), wrapped to the router
-    # (1 s) and the permutation (run in the next wait: 0 s), launched at 1, 2, 3, 4, 5: the GPU reaches
-    # them at 1, 2, 2.5, 3.5, 5: it waits 0.5 + 0.5 = 1. The rerun waits that 1 again; the old price was
-    # 1 + (10 own launches − (8 + 4 + 1)) ∨ 0 = 1, less than the 15 launches (10 own + 5 rerun) beyond
-    # the 8 + 4 of GPU work: 3, which it takes now.
+    # whose dispatcher synchronizes again. The host still issues the rerun's launches and then the
+    # backward's, one after another. MoE ops router (1, 2), permute (1, 2), dispatch (1, 2), experts (2, 4):
+    # 5 forward, 10 backward launches, 1 s each; GPU forward 4 s (1 each), backward 8 s (2 each), the rerun
+    # 4 s; dropless alltoall. Forward wait (host.py `dispatcher_wait_s`): the permutation's 1 s queued, then
+    # the dispatch (1 kernel, 1 s), the experts (2 kernels of 0.5 s), wrapped to the router (1 s) and the
+    # permutation (run in the next wait: 0 s), launched at 1, 2, 3, 4, 5: the GPU reaches them at 1, 2, 2.5,
+    # 3.5, 5: it waits 0.5 + 0.5 = 1. The rerun's wait (`rerun_dispatch_wait_s`): the permutation's 1 queued,
+    # the dispatch and the experts again (1, 2, 2.5 reached), then the backward's experts (4 of 0.5 s), dispatch,
+    # permutation and router (2 of 1 s each), then the previous layer's router and permutation again: launch k
+    # at k against 1, 2, 2.5, 3, 3.5, 4, 4.5, 5, 6, 7, ..., 11, 12: 3 from the 8th launch on. The backward:
+    # that 3, and the 15 launches (10 own + 5 rerun) against 8 + 4 + 3 of GPU work and wait: nothing more.
     ops = [
         Op("moe.router", "moe", "memory"),
         Op("moe.permute", "moe", "memory"),
@@ -131,8 +133,11 @@ def test_a_rerun_dispatch_still_launches_both_counts():
     launches = {"moe.router": (1.0, 2.0), "moe.permute": (1.0, 2.0), "moe.dispatch": (1.0, 2.0),
                 "moe.experts_in": (2.0, 4.0)}  # fmt: skip
     forward_s = {"moe.router": 1.0, "moe.permute": 1.0, "moe.dispatch": 1.0, "moe.experts_in": 1.0}
+    backward_s = {name: 2.0 for name in forward_s}
     rerun = list(launches)
-    waits = layer_host_waits(ops, forward_s, launches, rerun, (4.0, 8.0, 4.0), 1.0, "alltoall", True)
+    waits = layer_host_waits(
+        ops, forward_s, launches, rerun, (4.0, 8.0, 4.0), 1.0, "alltoall", True, backward_s=backward_s
+    )
     assert waits.dispatcher == pytest.approx(1.0)
     assert waits.backward == pytest.approx(15.0 - 12.0)
     assert waits.launch_backward == pytest.approx(15.0)
@@ -147,15 +152,23 @@ def test_a_rerun_dispatch_launches_the_whole_rerun_again():
     launches = {"moe.router_topk": (1.0, 1.0), "moe.permute": (1.0, 1.0), "moe.dispatch": (1.0, 1.0),
                 "moe.experts_in": (2.0, 2.0), "moe.unpermute": (1.0, 1.0)}  # fmt: skip
     names = list(forward)
+    # backward seconds (2 in all): the router's 0, 0.5 each other op
+    backward = {"moe.router_topk": 0.0, "moe.permute": 0.5, "moe.dispatch": 0.5, "moe.experts_in": 0.5,
+                "moe.unpermute": 0.5}  # fmt: skip
     # forward's wait, wrapped into the next layer's router: kernels reached at 0, 2, 3, 4, 5, 6 (permute
     # 2, dispatch 1, the GEMMs 1 each, unpermute 1, router 1), launched at 1.5 ... 9: the GPU waits 3
-    full = layer_host_waits(ops, forward, launches, names, (7.0, 2.0, 7.0), 1.5, "alltoall", False)
+    full = layer_host_waits(ops, forward, launches, names, (7.0, 2.0, 7.0), 1.5, "alltoall", False, backward_s=backward)
     assert full.dispatcher == pytest.approx(3.0)
-    # backward: 6 own + 6 rerun launches (18) against GPU 2 + 7 and the 3 idle: 3 + (18 − 12) = 9
-    assert full.backward == pytest.approx(9.0)
+    # the rerun's wait (`rerun_dispatch_wait_s`): from the permutation again, its 5 launches (reached at 0, 2,
+    # 3, 4, 5), then the backward's unpermutation, GEMMs (0.25 each), dispatch, permutation, router (reached at
+    # 6, 6.5, 6.75, 7, 7.5, 8), then the previous layer's router (8): the 12th launch at 18 against 8: 10.
+    # The 6 own + 6 rerun launches (18) against GPU 2 + 7 and those 10: nothing more, the backward waits 10
+    assert full.backward == pytest.approx(10.0)
     # rerunning the router alone (no dispatch): 7 launches (10.5) against 2 + 1: 7.5 over, so the
-    # backward takes 2 + 1 + 7.5 = 10.5 against full recompute's 2 + 7 + 9 = 18
-    router = layer_host_waits(ops, forward, launches, names[:1], (7.0, 2.0, 1.0), 1.5, "alltoall", False)
+    # backward takes 2 + 1 + 7.5 = 10.5 against full recompute's 2 + 7 + 10 = 19
+    router = layer_host_waits(
+        ops, forward, launches, names[:1], (7.0, 2.0, 1.0), 1.5, "alltoall", False, backward_s=backward
+    )
     assert router.backward == pytest.approx(7.5)
     assert 2.0 + 1.0 + router.backward <= 2.0 + 7.0 + full.backward
 
@@ -217,3 +230,37 @@ def test_a_rerun_that_synchronizes_waits_in_the_backward():
     # host's 12 launches (18 s): no excess beyond it
     waits = layer_host_waits(ops, forward, launches, rerun, (7.0, 18.0, 2.0), 1.5, None, True, backward_s=backward)
     assert waits.backward == pytest.approx(2.0)
+
+
+def test_a_rerun_dispatch_waits_over_the_backward_not_the_next_layer():
+    # Megatron's `moe` module reruns the router, the allgather dispatcher and the experts, not the attention
+    # (CheckpointFunction.backward, d98e8a64). 1 a launch. Forward launches and seconds: attention (1, a), router
+    # (1, 0.5), the map's gather (1, 0.5), permutation (1, 0.5), experts (2, 1), unpermutation (1, 0.5); backward:
+    # attention (2, 2), router (1, 0.5), gather (0, 0), permutation (1, 0.5), experts (2, 2), unpermutation (1, 0.5).
+    # The rerun's wait: the permutation alone from an idle GPU (launched at 1, reached at 0: 1), then from idle
+    # again the experts, unpermutation, the backward's unpermutation, experts, permutation, router, attention, the
+    # previous layer's router and gather: launch k at k against 0, .5, 1, 1.5, 2, 3, 4, 4.5, 5, 6, 7, 7.5: the
+    # 12th waits 12 − 7.5 = 4.5. Together 5.5; the 13 launches (7 own, 6 rerun) against 5.5 + 3 of GPU work and
+    # that 5.5: nothing more. The attention's forward seconds a are not in it.
+    ops = [
+        Op("attention.qkv", "attention", "matmul", gemm=(8, 4, 4)),
+        Op("moe.router", "moe", "memory"),
+        Op("moe.dispatch_map", "moe", COMM),
+        Op("moe.permute", "moe", "memory"),
+        Op("moe.experts_in", "moe", "matmul", gemm=(8, 4, 4, 2, 4)),
+        Op("moe.unpermute", "moe", "memory"),
+    ]
+    launches = {"attention.qkv": (1.0, 2.0), "moe.router": (1.0, 1.0), "moe.dispatch_map": (1.0, 0.0),
+                "moe.permute": (1.0, 1.0), "moe.experts_in": (2.0, 2.0), "moe.unpermute": (1.0, 1.0)}  # fmt: skip
+    backward = {"attention.qkv": 2.0, "moe.router": 0.5, "moe.dispatch_map": 0.0, "moe.permute": 0.5,
+                "moe.experts_in": 2.0, "moe.unpermute": 0.5}  # fmt: skip
+    rerun = [op.name for op in ops[1:]]
+    for attention_s in (0.5, 2.0):
+        forward = {"attention.qkv": attention_s, "moe.router": 0.5, "moe.dispatch_map": 0.5, "moe.permute": 0.5,
+                   "moe.experts_in": 1.0, "moe.unpermute": 0.5}  # fmt: skip
+        device = (sum(forward.values()), 5.5, 3.0)
+        waits = layer_host_waits(ops, forward, launches, rerun, device, 1.0, "allgather", True, backward_s=backward)
+        assert waits.backward == pytest.approx(5.5)
+    # the forward's own wait does depend on it (wrapped over the next layer's attention): at a = 2 the second
+    # piece's launches at 1 … 6 against 0, .5, 1, 1.5, 3.5, 4: 2.5 (at a = 0.5: 6 − 2.5 = 3.5), and 1 before it
+    assert waits.forward == pytest.approx(1.0 + 2.5)

@@ -404,7 +404,7 @@ def test_megatron_lm_moe_recipe_rows_take_each_recipe_s_settings(public):
 def test_megatron_bridge_verification_card_rows_take_each_commit_s_perf_recipe(public):
     rows = {row.name: row for row in public.public_runs() if row.source == public.BRIDGE_VERIFICATION}
     runs = {name: public.config(row) for name, row in rows.items()}
-    assert len(runs) == 8
+    assert len(runs) == 9
     # deepseek_v3_pretrain_1024gpu_h100_bf16_config at 79308d0d9: TP 2, PP 8, VP 4, EP 64 on 1024 H100, so
     # DP = 1024 / (2 · 8) = 64 and GBS 16384 / (MBS 1 · 64) = 256 micro-batches; SP on, overlap_grad_reduce off,
     # gathers with the optimizer step, HybridEP (apply_flex_dispatcher_backend on a Hopper), BF16 GEMMs
@@ -471,14 +471,28 @@ def test_megatron_bridge_verification_card_rows_take_each_commit_s_perf_recipe(p
     assert (small.parallel.dp, small.parallel.ep, small.training.micro_batches) == (2, 4, 256)
     spec = small.specs["llm"]
     assert (spec.num_layers, spec.num_experts, spec.experts_per_token) == (24, 32, 4)
+    # Qwen3 30B MXFP8 at 487f56398 (`qwen3_30b_a3b_pretrain_8gpu_gb200_fp8mx_functional_config`): EP 8 on 8 GB200,
+    # DP 8, 512 / (4 · 8) = 16 micro-batches (the card's "16-way gradient accumulation"), MXFP8 with its parameter
+    # gathers, TE's FP8 attention, the combined 1F1B with delayed weight gradients, one NVLink domain of 8, cuDNN
+    # 9.21 (MXFP8 attention needs 9.21: TE v2.17.0 utils.py `get_attention_backend`)
+    label = "Qwen3 30B-A3B MXFP8 EP8 HybridEP EP-overlap FP8 attention natural routing (8 GB200)"
+    mx = runs[f"Megatron-Bridge card {label}"]
+    assert (mx.parallel.dp, mx.parallel.ep, mx.training.micro_batches, mx.parallel.devices_per_node) == (8, 8, 16, 8)
+    assert (mx.timing.matmul_dtype, mx.timing.fp8_recipe) == ("fp8", "mxfp8") and mx.timing.fp8_param_gather
+    assert mx.timing.fp8_dot_product_attention and mx.timing.cudnn_version == (9, 21)
+    assert mx.parallel.overlap_moe_expert_parallel_comm and mx.timing.delay_wgrad_compute
+    assert not mx.training.moe.router.force_balance and mx.training.grad_bytes == 2
+    assert (mx.framework_release.megatron_core, mx.framework_release.transformer_engine) == ("2026-07-23", "2.17")
     seconds = [row.seconds for row in rows.values()]
-    stated = [61.75613, 4.99563, 20.14729, 25.07032, 30.28955, 16.66493, 11.63635, 22.40088]
+    stated = [61.75613, 4.99563, 20.14729, 25.07032, 30.28955, 16.66493, 11.63635, 22.40088, 12.36234]
     assert seconds == [pytest.approx(value) for value in stated]
     published = [(16384, 1024, 1061.206), (1280, 64, 16398.332), (1024, 16, 13011.378), (1024, 16, 10456.348)]
     published.append((1024, 16, 8654.602))
     # 512 · 4096 / (64 · 16.66493) = 1,966.3 and 1024 · 4096 / (16 · 11.63635) = 22,528.0, as the cards state
     # and 512 · 4096 / (16 · 22.40088) = 5,851.2
     published += [(512, 64, 1966.285), (1024, 16, 22528.026), (512, 16, 5851.199)]
+    # and 512 · 4096 / (8 · 12.36234) = 21,205.0, the GB200 entry's 21,205.047
+    published.append((512, 8, 21205.047))
     for (gbs, gpus, tokens), s in zip(published, seconds, strict=True):
         assert gbs * 4096 / (gpus * s) == pytest.approx(tokens, rel=1e-5)
 

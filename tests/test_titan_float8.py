@@ -67,9 +67,11 @@ def test_float8_tp_casts_on_the_sequence_shard_by_hand():
 
 
 def test_eager_linears_cast_their_input_each():
-    # without torch.compile nothing merges the casts: qk_proj and v_proj each pay the whole input's
+    # without torch.compile nothing merges the casts: each of wq, wk, wv (and w1, w3) casts the whole input,
+    # `Float8Linear.forward` a module each: qk_proj holds wq and wk (two casts), v_proj wv (one)
     model, ops = _gemms(1, compiled=False)
-    assert model._cast_bytes(ops["qk_proj"], gradient=False) == model._cast_bytes(ops["v_proj"], gradient=False) == 5
+    assert model._cast_bytes(ops["qk_proj"], gradient=False) == model._cast_bytes(ops["mlp_in"], gradient=False) == 10
+    assert model._cast_bytes(ops["v_proj"], gradient=False) == 5
 
 
 def test_float8_tp_all_reduces_each_cast_s_amax_by_hand():

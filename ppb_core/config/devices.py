@@ -45,7 +45,11 @@ Achieved fractions are measured, not datasheet figures:
   all-to-all, point-to-point and rings that leave the node keep `comm_efficiency`.
 - `nic_efficiency`: the same over a scale-out NIC (0: `comm_efficiency`): NCCL's maintainers expect
   "46-48GB/s per NIC" from 400 Gb/s NDR InfiniBand in a ring (NVIDIA/nccl-tests issue #290, March
-  2025): 0.94 of 50 GB/s on the NDR systems below.
+  2025): 0.94 of 50 GB/s on the NDR systems below. 200 Gb/s HDR (DGX A100): 0.96 of 25 GB/s, NVIDIA's
+  nccl-tests all_reduce figures in its GTC 2024 talk S62129 ("Collective Communication Bandwidth", the slide
+  stas00/ml-engineering network/benchmarks/README.md at 744d01e reproduces): one 200 Gb RDMA NIC 24 GB/s,
+  DGX A100 nodes with eight 192 GB/s; nccl-tests issue #119 (2022, 3 nodes of 8 A100 SXM4, 4 HDR NICs a
+  node) peaks at 96 of the 100 GB/s.
 - `memory_efficiency`: the share of HBM bandwidth element-wise kernels reach (0.8; a stream copy
   reaches ~0.9, fused norms and activations less). An assumption, stated.
 - `eager_memory_efficiency`: the same for PyTorch's eager element-wise and reduction kernels, one aten
@@ -67,6 +71,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import math
 from dataclasses import dataclass
 
 # Throughput of each dtype's tensor cores over the 16-bit rate (A100, H100, H200, B200 datasheets:
@@ -576,6 +581,9 @@ DEVICE_CATALOG: dict[str, DeviceProfile] = {
         host_boost_ghz=3.4,
         host_link_gbs=HOST_LINK_GBS_GEN4,
         eager_memory_efficiency=EAGER_MEMORY_EFFICIENCY_A100,
+        # HDR InfiniBand at NCCL's measured 24 of 25 GB/s (module docstring, `nic_efficiency`): until session
+        # 30 unset, so NVLink's 0.8 (`comm_efficiency`), 20 GB/s a NIC
+        nic_efficiency=0.96,
         # NCCL on eight A100 SXM behind NVSwitch runs its collectives over 24 channels, one thread
         # block (SM) each ("Channel 23/24" in the NCCL log of NVIDIA/nccl-tests issue #100, HGX A100
         # 80GB, Dec 2021): the SMs a collective takes from the GEMM it hides behind.
@@ -909,3 +917,15 @@ DEVICE_CATALOG: dict[str, DeviceProfile] = {
     # Fallback when a run config states only memory_mb: H100-like rates.
     "generic": DeviceProfile("generic", 81559, 989.0, 3350.0, 450.0, 50.0, sm_count=132, gemm_kernel_us=5.3),
 }
+
+
+def attention_die(compute_capability: float) -> str | None:
+    """The die whose measured FP8 attention a part runs at (`ppb_core.timing.fp8_attention`): sm90 (H100, H200),
+    sm100 (B200, GB200), sm103 (B300, GB300); None where none was measured."""
+    if 9.0 <= compute_capability < 10.0:
+        return "sm90"
+    if math.isclose(compute_capability, 10.0):
+        return "sm100"
+    if math.isclose(compute_capability, 10.3):
+        return "sm103"
+    return None

@@ -33,7 +33,7 @@ from pydantic import (
 )
 
 from ppb_core import limits
-from ppb_core.config.devices import DEVICE_CATALOG, DeviceProfile
+from ppb_core.config.devices import DEVICE_CATALOG, DeviceProfile, attention_die
 from ppb_core.config.hf_vision import VISION_LANGUAGE_TYPES, spec_of_part
 from ppb_core.config.layout import LayoutError, cell_layers, parse_layout, standalone_mtp_cell, validate_layout
 from ppb_core.config.recompute import (
@@ -920,6 +920,14 @@ class TimingOptions(StrictModel):
         "sm90, cuDNN from sm90 on), flash runs TE's FlashAttention on any GPU, fused cuDNN's FusedAttention; "
         "memory (the attention's kept output and backward workspace) and time (FlashAttention-2's rates or cuDNN's)",
     )
+    fp8_dot_product_attention: bool = Field(
+        False,
+        description="Megatron-Core's TransformerConfig.fp8_dot_product_attention (no Megatron-LM flag at d98e8a64: "
+        "arguments.py excludes it; Megatron-Bridge's mixed_precision.fp8_dot_product_attention), TE's recipe "
+        "fp8_dpa: under FP8 training TransformerEngine's attention runs "
+        "cuDNN's FP8 kernels of the recipe (delayed and tensorwise per-tensor FP8, mxfp8 MXFP8) with their casts "
+        "(ppb_core.timing.fp8_attention); time only",
+    )
     cudnn_release: str | None = Field(
         None,
         max_length=24,
@@ -1655,6 +1663,7 @@ MEGATRON_TIMING = frozenset(
         "ddp_average_in_collective",
         "te_deterministic_attention",
         "te_attention_backend",
+        "fp8_dot_product_attention",
         "cuda_graph_warmup_steps",
         "overlap_p2p_comm_warmup_flush",
         "overlap_p2p_comm",
@@ -1828,6 +1837,45 @@ def _check_framework_interleaving(run: RunConfig, where: str) -> None:
         )
 
 
+def _check_fp8_attention(run: RunConfig, where: str) -> None:
+    """What TransformerEngine runs no FP8 attention for: its recipe's `fp8_dpa` is read only inside FP8 training
+    by TE's DotProductAttention, whose backend choice (attention/dot_product_attention/utils.py
+    `get_attention_backend`, TE v2.17.0 2e559f062) under FP8 drops FlashAttention and the unfused core and keeps
+    cuDNN's FusedAttention only: not for Float8BlockScaling; current scaling and MXFP8 from sm100 only, from cuDNN
+    9.14 and 9.21; not on sm120; with determinism on sm100 from cuDNN 9.18 for per-tensor FP8; a softmax offset
+    (attention sinks) from sm100 and cuDNN 9.21. With no backend left TE raises ("No dot product attention
+    backend is available"); ppb refuses the same settings."""
+    timing = run.timing
+    if not timing.fp8_dot_product_attention:
+        return
+    field = "timing.fp8_dot_product_attention"
+    if timing.matmul_dtype != "fp8" or timing.transformer_impl != "transformer_engine":
+        said = "is TE's FP8 attention: needs matmul_dtype fp8 and transformer_impl transformer_engine"
+        raise InputError(where, field, said)
+    if not run.training.flash_attention or timing.te_attention_backend == "flash":
+        raise InputError(where, field, "runs cuDNN's fused attention only: needs flash_attention true, not flash")
+    capability, cudnn = run.device.profile().compute_capability, timing.cudnn_version
+    recipe = timing.fp8_recipe
+    if recipe == "blockwise":
+        raise InputError(where, field, "TE has no FP8 attention under the blockwise recipe (timing.fp8_recipe)")
+    if attention_die(capability) is None:
+        said = f"no FP8 attention measured at compute capability {capability} (sm90, sm100, sm103 are)"
+        raise InputError(where, field, said)
+    if recipe in ("tensorwise", "mxfp8") and capability < 10.0:
+        raise InputError(where, field, f"TE runs {recipe} FP8 attention from sm100 only; {run.device.name} is sm90")
+    least = {"tensorwise": (9, 14), "mxfp8": (9, 21)}.get(recipe)
+    if least is not None and cudnn is not None and cudnn < least:
+        said = f"TE runs {recipe} FP8 attention from cuDNN {least[0]}.{least[1]}; timing.cudnn_release is older"
+        raise InputError(where, field, said)
+    per_tensor = recipe in ("delayed", "tensorwise")
+    if per_tensor and timing.attention_deterministic and capability >= 10.0 and cudnn is not None and cudnn < (9, 18):
+        said = f"TE's deterministic {recipe} FP8 attention on sm100 needs cuDNN 9.18 (timing.cudnn_release)"
+        raise InputError(where, field, said)
+    sinks = any(isinstance(spec, ModelSpec) and spec.attention_sinks for spec in run.specs.values())
+    if sinks and (capability < 10.0 or (cudnn is not None and cudnn < (9, 21))):
+        raise InputError(where, field, "TE's FP8 attention with attention sinks needs sm100 and cuDNN 9.21")
+
+
 def _check_te_words(timing: TimingOptions, where: str, flash_attention: bool) -> None:
     """TransformerEngine's settings without the TE part they set, which would price nothing: the attention
     backend (Megatron's language_module.py `_set_attention_backend` sets NVTE_FLASH_ATTN / NVTE_FUSED_ATTN,
@@ -1932,6 +1980,7 @@ def _check_run(run: RunConfig, where: str) -> None:
     _check_tp_comm_overlap(run, where)
     check_fused_determinism(run.framework, run.timing, run.device, run.training.seq_length, where)
     _check_float8_gather(run, where)
+    _check_fp8_attention(run, where)
     for index, sub in enumerate(run.models):
         if sub.recompute is not None and not isinstance(train.recompute, dict):
             raise InputError(

@@ -16,6 +16,7 @@ device's matmul FLOPs; model FLOPs per iteration (Megatron-LM's count) are in `m
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
@@ -49,6 +50,7 @@ from ppb_core.timing.flex import (
     in_kernel_permutation,
     ranks_reached,
 )
+from ppb_core.timing.fp8_attention import CAST_LAUNCHES, cast_bytes
 from ppb_core.timing.kernels import EAGER_TRAFFIC
 from ppb_core.timing.ring import FP32_BYTES, STEPPED, merge_bytes
 from ppb_core.timing.router import RouterSetting, router_launches
@@ -142,6 +144,11 @@ class Op:
     # wider GEMM (Megatron's fused QKV projection), *fused n* is that GEMM's width and the op costs
     # its share n / fused n of it.
     gemm: tuple[float, float, float, int, float] | None = None
+    # Where the framework runs this op's columns as separate linears, each its own GEMM forward, dgrad and
+    # wgrad at its own width (torchtitan's wq and wk in `qk_proj`, wv in `v_proj`, w1 and w3 in `mlp_in`:
+    # model.py `Attention` and `FeedForward`, three and two `nn.Linear`s): those widths, summing to n, priced
+    # each at its own waves and fixed time (`TimingPricer._gemm_pass_s`); (): one GEMM (its share of the fused).
+    linears: tuple[float, ...] = ()
     # A flash-attention kernel: ((sequence, head) pairs, queries per sequence, mean keys per query,
     # head size of the scores, 1 under the causal mask else 0).
     attention: tuple[float, float, float, float, float] | None = None
@@ -216,6 +223,9 @@ class Op:
     # MLA's input_layernorm (before its two down-projections) and MTP's enorm and hnorm are norm modules of
     # their own: the linear after them quantizes a 16-bit input.
     norm_input: bool = False
+    # TransformerEngine's quantize kernels (TE's FP8 attention's casts, `fp8_attention_casts`): priced at their
+    # measured share of HBM where the device states one for the recipe (`TimeModel._quantize_s`)
+    te_quantize: bool = False
 
 
 def expert_fp8_pads(run: RunConfig) -> int:
@@ -340,6 +350,9 @@ class OpGeometry(Geometry):
     # ... under MXFP8 with Megatron's --tp-comm-overlap, where each MXFP8 operand TE puts through a userbuffers
     # all-gather first has its scales all-gathered by NCCL (`_te_ub_scales`)
     te_mxfp8_ub: bool = False
+    # ... with `timing.fp8_dot_product_attention`, the recipe whose FP8 attention casts Q, K, V and dO
+    # (`fp8_attention_casts`); "" in 16 bits
+    te_fp8_attention: str = ""
     # ... under delayed scaling, where a LayerNormLinear's norm writes its output in FP8 itself, a byte an
     # element (TE v2.9 extensions/normalization.cpp: FULLY_FUSED for `Float8Quantizer`; `Op.norm_input`)
     te_norm_fp8_out: bool = False
@@ -422,6 +435,7 @@ class OpGeometry(Geometry):
             and run.timing.matmul_dtype == "fp8"
             and run.timing.fp8_recipe == "mxfp8"
             and run.timing.overlap.tp > 0,
+            te_fp8_attention=run.timing.fp8_recipe if run.timing.fp8_dot_product_attention else "",
             te_norm_fp8_out=run.framework == "megatron"
             and run.timing.transformer_impl == "transformer_engine"
             and run.timing.matmul_dtype == "fp8"
@@ -492,10 +506,12 @@ def _matmul(
     side_bytes: tuple[float, float] = (0.0, 0.0),
     fp8: bool = True,
     norm_input: bool = False,
+    linears: tuple[float, ...] = (),
 ) -> Op:
     """rows×k by k×n: 2·rows·k·n FLOPs, reading both operands and writing the result; the backward
     runs two such products (input and weight gradients). *groups* splits the rows over that many
-    products with their own weights (a grouped GEMM over experts). *norm_input*: `Op.norm_input`."""
+    products with their own weights (a grouped GEMM over experts). *norm_input*: `Op.norm_input`;
+    *linears*: `Op.linears`."""
     flops = 2 * rows * k * n
     traffic = (rows * k + (k * n if weights is None else weights) + rows * n) * bc
     return Op(
@@ -514,7 +530,23 @@ def _matmul(
         weight_elements=k * n * groups if weights is None else weights,
         fp8=fp8,
         norm_input=norm_input,
+        linears=linears,
     )
+
+
+def _separate_linears(geo: OpGeometry, *widths: float) -> tuple[float, ...]:
+    """The widths of the separate linears torchtitan runs where ppb's op holds several (`Op.linears`):
+    its Llama `Attention` builds wq, wk and wv as three `nn.Linear` and calls them one after another
+    (`xq, xk, xv = self.wq(x), self.wk(x), self.wv(x)`), its `FeedForward` w1 and w3 as two
+    (`self.w2(F.silu(self.w1(x)) * self.w3(x))`): torchtitan/models/llama/model.py at 9dec370 (the
+    December 2024 rows) and 1ea476e9f, torchtitan/models/llama3/model.py at 820504e and e7c0cae. Under
+    tensor parallelism each is its own `ColwiseParallel` (parallelize_llama.py `apply_tp`), so each keeps
+    its own GEMM at its per-rank width. Compiled, they stay separate `mm`s: Inductor batches linears only
+    under `pre_grad_fusion_options` / `post_grad_fusion_options` (`batch_linear`), empty by default (torch
+    2.6.0 and 2.13 torch/_inductor/config.py), which torchtitan does not set. (): another framework's one
+    fused GEMM (Megatron's linear_qkv, linear_fc1). Not modelled: torchtitan main's one `wqkv` linear
+    (`FusedQKVLinear`, the default for Llama 3 from 3396a4b37, 2026-06-24), after every published run."""
+    return tuple(widths) if geo.framework == "torchtitan" else ()
 
 
 def _shared_input_sums(geo: OpGeometry, rows: float, width: float, linears: int = 2) -> tuple[float, float]:
@@ -1031,6 +1063,7 @@ def _projections(kind: BodyKind, geo: OpGeometry, p: str, norm: str) -> tuple[li
                 inputs=(source,),
                 fused_n=qkv,
                 norm_input=True,
+                linears=_separate_linears(geo, heads * d, kv * d),
                 # torchtitan's wq and wk: one sum of their input gradients (wv's below)
                 side_bytes=_plus(
                     _bias_passes(geo, att.qkv_bias, n, width, added_after=True), _shared_input_sums(geo, n, h)
@@ -1071,6 +1104,7 @@ def _projections(kind: BodyKind, geo: OpGeometry, p: str, norm: str) -> tuple[li
                 inputs=(source,),
                 fused_n=qkv,
                 norm_input=True,
+                linears=_separate_linears(geo, kv * d),
                 side_bytes=_plus(
                     _bias_passes(geo, att.qkv_bias, n, kv * d, added_after=True), _shared_input_sums(geo, n, h)
                 ),
@@ -1137,6 +1171,10 @@ def _core(kind: BodyKind, geo: OpGeometry, p: str, qk: list[str], v: list[str]) 
         # The kernel keeps O and the log-sum-exp of each row (the `softmax` switch); the backward
         # re-forms S = QKᵀ, then dV, dP, dQ, dK: 3× the score matmul and 2× the value matmul.
         scores, context = p + "flash_scores", p + "flash_context"
+        if geo.te_fp8_attention:
+            elements = (n * heads * d_qk + n * kv_width, n * heads * d_v)
+            casts = fp8_attention_casts(p + "fp8_attention_casts", block, geo.te_fp8_attention, bc, *elements, qk + v)
+            ops.append(casts)
         # after an all-to-all over heads (Ulysses over cp, hierarchical over cp_a2a) a rank's keys and values
         # carry that share of its key/value heads, one head at least (fewer key/value heads than ranks)
         split = geo.cp if ulysses else geo.cp_a2a
@@ -1319,6 +1357,19 @@ def _core(kind: BodyKind, geo: OpGeometry, p: str, qk: list[str], v: list[str]) 
         )
         out = p + "cp_a2a_out"
     return ops, out
+
+
+def fp8_attention_casts(
+    name: str, block: str, recipe: str, bc: int, qkv_elements: float, out_elements: float, inputs: Sequence[str]
+) -> Op:
+    """TransformerEngine's casts around its FP8 attention under *recipe* (`ppb_core.timing.fp8_attention`
+    module docstring: TE v2.17.0 backends.py `FusedAttnFunc`): the forward's over Q, K, V (*qkv_elements* on
+    this device) and O (*out_elements*), the backward's over dO and dQ, dK, dV, with their kernels."""
+    qkv, out, d_out, d_qkv = cast_bytes(recipe, bc)
+    forward = qkv * qkv_elements + out * out_elements
+    backward = d_out * out_elements + d_qkv * qkv_elements
+    op = _elementwise(name, block, forward, backward, switch="softmax", inputs=inputs)
+    return dataclasses.replace(op, launches=CAST_LAUNCHES[recipe], te_quantize=True)
 
 
 def _te_a2a_reorders(p: str, q_elements: float, kv_elements: float, out_elements: float, bc: int, context: str) -> Op:
@@ -1617,6 +1668,7 @@ def _ffn(
             weights=up_weights,
             inputs=(source,),
             groups=groups,
+            linears=_separate_linears(geo, width, width) if gated and not local_experts else (),
             # w1 and w3 (gated) read one input: autograd sums their input gradients under torchtitan
             side_bytes=_plus(
                 _fc1_bias_passes(geo, bias, rows, up_width, gated),
@@ -2764,7 +2816,9 @@ def layer_ops(kind: LayerKind, geo: OpGeometry) -> tuple[Op, ...]:
         return body_ops(kind, encoder_geometry(kind, geo))
     if isinstance(kind, BodyKind) and kind.high_precision:  # outside the fp8 context: every GEMM in 16 bits
         # and TE's all-gathers and norms too
-        geo = dataclasses.replace(geo, te_fp8_gather=(), te_amax_reduction=False, te_norm_fp8_out=False)
+        geo = dataclasses.replace(
+            geo, te_fp8_gather=(), te_amax_reduction=False, te_norm_fp8_out=False, te_fp8_attention=""
+        )
         return tuple(dataclasses.replace(op, fp8=False) for op in body_ops(kind, geo))
     if isinstance(kind, BodyKind):
         return mindformers_o1_ops(body_ops(kind, geo), geo)
@@ -2934,10 +2988,19 @@ def rerun_ops(ops: Sequence[Op], state: LayerType, switches: Mapping[str, int] |
 
 def scaled(op: Op, share: float) -> Op:
     """*share* of a matmul op: its output columns cut to that share (FLOPs and bytes with them), still
-    priced as its part of the GEMM the framework runs it in."""
+    priced as its part of the GEMM the framework runs it in; of separate linears (`Op.linears`), the last
+    ones whose widths make that share (torchtitan's op policy reruns wk of wq and wk, w3 of w1 and w3:
+    `op_policy_rerun`), else each cut to the share."""
     if share >= 1.0 or op.gemm is None:
         return op
     m, k, n, groups, fused = op.gemm
+    linears = op.linears
+    for first in range(len(linears)):
+        if math.isclose(sum(linears[first:]), n * share, rel_tol=1e-9):
+            linears = linears[first:]
+            break
+    else:
+        linears = tuple(width * share for width in linears)
     return dataclasses.replace(
         op,
         flops=op.flops * share,
@@ -2947,6 +3010,7 @@ def scaled(op: Op, share: float) -> Op:
         gemm=(m, k, n * share, groups, fused),
         side_bytes=(op.side_bytes[0] * share, op.side_bytes[1] * share),
         weight_elements=op.weight_elements * share,
+        linears=linears,
     )
 
 

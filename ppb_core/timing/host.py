@@ -53,6 +53,7 @@ CPU side of a kernel launch "usually between 5-20 microseconds"; the default tak
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -189,8 +190,8 @@ def rerun_sync_wait_s(
     launches: Mapping[str, tuple[float, float]],
     launch_s: float,
 ) -> float:
-    """The GPU's wait for the host after a rerun op that synchronizes (`Op.syncs`; a rerun dispatch waits as
-    the forward's, `layer_host_waits`), e.g. the quick-GEGLU offset's copy when `moe_act` reruns the clamp.
+    """The GPU's wait for the host after a rerun op that synchronizes (`Op.syncs`; a rerun dispatch:
+    `rerun_dispatch_wait_s`), e.g. the quick-GEGLU offset's copy when `moe_act` reruns the clamp.
     Megatron reruns a `CheckpointWithoutOutput` function from a hook on its consumer's gradient function
     (tensor_parallel/random.py `discard_output_and_register_recompute`, 2edffadb52): when the backward reaches
     the op after the checkpointed ones. The host then waits for the backward queued so far and launches onto
@@ -207,6 +208,44 @@ def rerun_sync_wait_s(
     backward = [(launches[name][1], backward_s.get(name, 0.0)) for name in reversed(names[: consumer + 1])]
     previous = [(launches[name][1], backward_s.get(name, 0.0)) for name in reversed(names[consumer + 1 :])]
     return launch_wait_s(0.0, rest + backward + previous, launch_s)
+
+
+def rerun_dispatch_wait_s(
+    ops: Sequence[Op],
+    rerun: Sequence[str],
+    forward_s: Mapping[str, float],
+    backward_s: Mapping[str, float],
+    launches: Mapping[str, tuple[float, float]],
+    launch_s: float,
+    dispatcher: str,
+    dropless: bool,
+    copy_after_permute: bool = False,
+) -> float:
+    """The GPU's wait for the host after a rerun dispatch's synchronizations (0 without one): Megatron's
+    checkpoint replays the layer's checkpointed forward in the backward (tensor_parallel/random.py
+    `CheckpointFunction.backward`, d98e8a64: the forward's Python called again, then `torch.autograd.backward`
+    on its outputs), so the dispatcher synchronizes again (`dispatcher_waits`) and the host then launches, from
+    there: the rest of the rerun (forward launches and seconds), the backward of every op of the layer (those
+    outside the checkpoint follow its backward: autograd reaches them after), then the previous layer's rerun up
+    to its own synchronization. The forward's wait is not the rerun's: it is set against the next layer's
+    forward, which the backward does not run (a slower op there would shorten the backward)."""
+    again = set(rerun)
+    replayed = [op for op in ops if op.name in again]
+    # the backward's ops as ops of their own (no synchronization, no dispatcher name), last op first
+    reverse = [dataclasses.replace(op, name=f"{op.name} backward", syncs=0) for op in reversed(ops)]
+    seconds = {
+        **{op.name: forward_s[op.name] for op in replayed},
+        **{f"{op.name} backward": backward_s.get(op.name, 0.0) for op in ops},
+    }
+    counts = {
+        **{op.name: launches[op.name][0] for op in replayed},
+        **{f"{op.name} backward": launches[op.name][1] for op in ops},
+    }
+    # `dispatcher_waits` wraps what precedes the synchronization (the previous layer's, rerun) after the rest
+    waits = dispatcher_waits(
+        replayed + reverse, seconds, launch_s, dropless, counts, True, dispatcher, copy_after_permute
+    )
+    return sum(wait for wait, _ in waits)
 
 
 @dataclass(frozen=True)
@@ -240,12 +279,13 @@ def layer_host_waits(
     launches (*launches*: each op's forward and backward, `ppb_core.timing.launches`) × *launch_s*
     against their GPU work (*device_s*: forward, plain backward, recompute); after a Megatron token
     dispatcher's synchronization (*dispatcher*: alltoall, allgather or deepep; None: a layer without
-    one) the forward's wait is instead the launches from there to
-    the next layer's, launch by launch. What the backward reruns first (*rerun*) counts as GPU work of
-    the backward and its launches as the backward's (the host issues them again); a rerun dispatch waits
-    as the forward's did instead. Both count in the host's time of the backward (`launch_backward`, what
-    a combined step cannot beat). *copy_after_permute*: `dispatcher_wait_s`'s. A rerun op that synchronizes
-    (`Op.syncs`, not a dispatch) waits too (`rerun_sync_wait_s`, with each op's backward seconds *backward_s*)."""
+    one) the forward's wait is instead the launches from there to the next layer's, launch by launch.
+    What the backward reruns first (*rerun*) counts as GPU work of the backward and its launches as the
+    backward's (the host issues them again); a rerun dispatch waits again, from its synchronization over
+    the backward's own launches (`rerun_dispatch_wait_s`). Both count in the host's time of the backward
+    (`launch_backward`, what a combined step cannot beat). *copy_after_permute*: `dispatcher_wait_s`'s. A
+    rerun op that synchronizes (`Op.syncs`, not a dispatch) waits too (`rerun_sync_wait_s`); both with each
+    op's backward seconds *backward_s*."""
     wait = hidden = 0.0
     if dispatcher:
         forward_launches = {name: count[0] for name, count in launches.items()}
@@ -269,13 +309,17 @@ def layer_host_waits(
     # `CheckpointFunction.backward` / `CheckpointWithoutOutput.recompute`, d98e8a64: the forward's Python
     # called again), so the host launches them again beside the backward's own kernels: the pass takes at
     # least both launch counts, against the GPU work of both. A rerun dispatch synchronizes again and
-    # the GPU idles as in the forward (`again`, the GPU's idle time after the rerun's synchronization):
-    # the host's launches, the rerun's all of them, are then set against the GPU's work and that idle
-    # time, so a rerun dispatch never costs less than a rerun that stops short of it.
-    redispatch = any(name.endswith("permute") and not name.endswith("unpermute") for name in rerun)
-    again = (wait if redispatch else 0.0) + rerun_sync_wait_s(
-        ops, rerun, forward_s, backward_s or {}, launches, launch_s
-    )
+    # the GPU idles after it until the host is ahead (`again`, over the rerun's rest and the backward's
+    # launches: `rerun_dispatch_wait_s`): the host's launches, the rerun's all of them, are then set against
+    # the GPU's work and that idle time, so a rerun dispatch never costs less than a rerun that stops short
+    # of it.
+    if dispatcher and any(name.endswith("permute") and not name.endswith("unpermute") for name in rerun):
+        # a rerun dispatch's pieces end at every synchronizing op it replays too (`dispatcher_waits`)
+        again = rerun_dispatch_wait_s(
+            ops, rerun, forward_s, backward_s or {}, launches, launch_s, dispatcher, dropless, copy_after_permute
+        )
+    else:
+        again = rerun_sync_wait_s(ops, rerun, forward_s, backward_s or {}, launches, launch_s)
     backward = again + host_excess_s(device_s[1] + device_s[2] + again, launched_backward + launched_again, launch_s)
     return HostWaits(
         forward, backward, hidden, launched_forward * launch_s, (launched_backward + launched_again) * launch_s

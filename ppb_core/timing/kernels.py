@@ -44,7 +44,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from ppb_core.config.devices import DeviceProfile
+from ppb_core.config.devices import DeviceProfile, attention_die
 from ppb_core.memory.frameworks.workspaces import CUDNN_DETERMINISTIC_CAPABILITIES, cudnn_dp_workspace_bytes
 from ppb_core.memory.setup import te_flash_attention
 from ppb_core.timing.attention_rates import (
@@ -55,6 +55,7 @@ from ppb_core.timing.attention_rates import (
     sequence_factor,
     window_factor,
 )
+from ppb_core.timing.fp8_attention import FP8_ATTENTION_RATIOS, RECIPE_PRECISION, fp8_attention_factor
 
 # Output tiles cuBLAS/CUTLASS choose from on Ampere and Hopper (bf16/fp16 tensor-core kernels).
 TILES: tuple[tuple[int, int], ...] = ((256, 128), (128, 256), (128, 128), (128, 64), (64, 128), (64, 64))
@@ -161,6 +162,9 @@ class Kernels:
     memory_efficiency: float = 0.8  # the element-wise share of HBM (`DeviceProfile.memory_efficiency`)
     # a memory-bound kernel's fixed GPU time beside its bytes (`DeviceProfile.elementwise_kernel_us`)
     elementwise_kernel_s: float = 0.0
+    # TransformerEngine's FP8 attention (`timing.fp8_dot_product_attention`): the (die, kernel precision) whose
+    # measured FP8-over-BF16 ratios its passes take (`fp8_attention.fp8_attention_factor`); None: 16-bit passes
+    fp8_attention: tuple[str, str] | None = None
 
     @property
     def contention(self) -> float:
@@ -181,6 +185,7 @@ class Kernels:
         sdpa_backend: str = "flash",
         te_attention_backend: str = "auto",
         cudnn_release: tuple[int, int] | None = None,
+        fp8_attention_recipe: str | None = None,
     ) -> Kernels:
         """The kernels *framework* runs: Megatron-LM and MindFormers their fused kernels and the device's
         best flash attention (TransformerEngine's cuDNN attention); torchtitan PyTorch's SDPA
@@ -211,7 +216,9 @@ class Kernels:
         (docker/Dockerfile.ci.dev, pyproject.toml and uv.lock at d98e8a64 install none) nor the NeMo recipes ask
         for: not modelled. `fused` on sm80 runs cuDNN's kernels, unmeasured there: FlashAttention-2's rates.
         *cudnn_release* (major, minor; `timing.cudnn_release`): the cuDNN whose sm100 kernels run
-        (`attention_kernel`)."""
+        (`attention_kernel`). *fp8_attention_recipe* (the FP8 recipe under `timing.fp8_dot_product_attention`):
+        cuDNN's FP8 kernels of that recipe's precision at their measured ratio to its BF16 ones on the part's die
+        (`fp8_attention`; the run config refuses what TE cannot run)."""
         titan = framework == "torchtitan"
         fp8 = matmul_dtype == "fp8"
         # torchtitan's SDPA: FlashAttention-2, or cuDNN attention (`timing.sdpa_backend`) at the device's
@@ -228,7 +235,10 @@ class Kernels:
         # torchtitan's FlashAttention-2 is PyTorch SDPA's, aten's copy of flash-attn 2's kernels: its forward at
         # the device's measured share of flash-attn 2's (`DeviceProfile.sdpa_flash2_forward_ratio`)
         sdpa_forward = device.sdpa_flash2_forward_ratio if titan else 1.0
+        die = attention_die(device.compute_capability)
+        precision = RECIPE_PRECISION.get(fp8_attention_recipe or "", "")
         return cls(
+            fp8_attention=(die, precision) if precision in FP8_ATTENTION_RATIOS.get(die or "", {}) else None,
             attention_kernel=attention_kernel(device, flash2, cudnn_release),
             flops_per_s=device.peak_flops(dtype),
             gemm_ceiling=device.fp8_matmul_efficiency if fp8 else device.matmul_efficiency,
@@ -345,6 +355,9 @@ class Kernels:
             shape, size = windowed, size / self.head_size_factor(WINDOW_HEAD_DIM, head64)
         else:
             shape = sequence_factor(self.attention_kernel, backward, bool(causal), mean_keys, head_dim)
+        if self.fp8_attention is not None:
+            die, precision = self.fp8_attention
+            shape *= fp8_attention_factor(die, precision, backward, bool(causal), mean_keys, window, s_q)
         tiles = max(1, math.ceil(sequences)) * query_blocks
         if backward and self.deterministic_backward:
             tiles = self.deterministic_splits(sequences) * max(1, math.ceil(sequences))

@@ -328,6 +328,7 @@ class TimeModel:
             sdpa_backend=run.timing.sdpa_backend,
             te_attention_backend=run.timing.te_attention_backend,
             cudnn_release=run.timing.cudnn_version,
+            fp8_attention_recipe=run.timing.fp8_recipe if run.timing.fp8_dot_product_attention else None,
         )
         # The GEMMs FP8 training leaves in 16 bits (`Op.fp8`: the output layer, the router) run on these.
         self._kernels_16 = (
@@ -364,6 +365,8 @@ class TimeModel:
             attention_forward=self.kernels.attention_forward * sustained,
             attention_backward=self.kernels.attention_backward * sustained,
         )
+        # the attention of layers outside the FP8 context (`Op.fp8` false: timing.fp8_bf16_layers) in 16 bits
+        self._attention_16 = dataclasses.replace(self.kernels, fp8_attention=None)
         ceiling_16 = self._kernels_16.gemm_ceiling * self.device.layer_gemm_share
         self._kernels_16 = dataclasses.replace(self._kernels_16, gemm_ceiling=ceiling_16) if fp8 else self.kernels
         self._geometry = OpGeometry.from_run(run)
@@ -448,10 +451,12 @@ class TimeModel:
 
     def _titan_input_share(self, op: Op) -> float:
         """The op's share of its input's Float8 cast and copy: its columns of the fused GEMM where the linears
-        reading one tensor share them (compiled: CSE; Float8 TP: `PrepareFloat8ModuleInput`), else its own."""
+        reading one tensor share them (compiled: CSE; Float8 TP: `PrepareFloat8ModuleInput`), else its own,
+        one for each separate linear it holds (`Op.linears`: eager, wq and wk each cast the input,
+        `Float8Linear.forward` a module each)."""
         _, _, n, _, fused = op.gemm
         shared = self.run.timing.torch_compile or op.name in self._float8_gathered
-        return n / fused if shared else 1.0
+        return n / fused if shared else float(max(1, len(op.linears)))
 
     def _titan_wgrad_copies(self, op: Op) -> float:
         """HBM bytes of the weight gradient's operand copies under torchtitan's Float8 (`_titan_cast_bytes`):
@@ -541,6 +546,7 @@ class TimeModel:
             return 0.0
         kernels = self.kernels
         if op.attention is not None:
+            kernels = kernels if op.fp8 else self._attention_16
             backward = phase != "forward"
             flops, traffic = (op.backward_flops, op.backward_bytes) if backward else (op.flops, op.bytes)
             carries_dq = op.name.endswith("flash_scores")  # its backward FLOPs hold dQ = dS·K
@@ -573,13 +579,14 @@ class TimeModel:
             if phase == "forward":
                 cast = self._cast_bytes(op, gradient=False)
                 c = tp if "forward" in chunks else 1
-                compute = each * share * c * kernels.gemm_compute_s(m / c, fused, k, groups, out) + rounds
+                compute = each * c * self._gemm_pass_s(op, kernels, "forward", m / c, groups, out) + rounds
                 weight_cast = self._weight_cast_bytes + (self._fp8_weight_bytes if op.fp8 else 0)
                 cast_bytes = weight_cast * op.weight_elements
+                # separate linears: each GEMM at its own bytes (`_gemm_pass_s`), FP8 operands at a byte
                 moved = (
                     kernels.score_memory_s(op.bytes, op.score_keys, False, op.score_head_dim)
                     if op.score_keys
-                    else kernels.memory_s(op.bytes)
+                    else kernels.memory_s(0.0 if op.linears else op.bytes)
                 )
                 quantized = self._quantize_s(cast * m * k * groups * each, kernels)
                 passes = self._side_kernels(op)[0] * kernels.elementwise_kernel_s
@@ -587,13 +594,14 @@ class TimeModel:
             half = (
                 kernels.score_memory_s(op.backward_bytes / 2, op.score_keys, True, op.score_head_dim)
                 if op.score_keys
-                else kernels.memory_s(op.backward_bytes / 2)
+                else kernels.memory_s(0.0 if op.linears else op.backward_bytes / 2)
             )
             c = tp if "dgrad" in chunks else 1
-            dgrad = max(each * share * c * kernels.gemm_compute_s(m / c, k, fused, groups, out) + rounds, half)
+            dgrad = max(each * c * self._gemm_pass_s(op, kernels, "dgrad", m / c, groups, out) + rounds, half)
             dgrad += self._quantize_s(self._cast_bytes(op, gradient=True) * m * n * groups * each, kernels)
             # a bias gradient reduced in its own kernel runs after the weight gradient (`_bias_passes`)
-            wgrad = max(each * share * kernels.gemm_compute_s(k, fused, m, groups, self._wgrad_bytes) + rounds, half)
+            wgrad_s = self._gemm_pass_s(op, kernels, "wgrad", m, groups, self._wgrad_bytes)
+            wgrad = max(each * wgrad_s + rounds, half)
             wgrad += kernels.memory_s(
                 side_backward
                 + self._accumulate_bytes * op.weight_elements
@@ -603,7 +611,9 @@ class TimeModel:
             wgrad += self._side_kernels(op)[1] * kernels.elementwise_kernel_s
             return {"backward": dgrad + wgrad, "dgrad": dgrad, "wgrad": wgrad}[phase]
         traffic = op.bytes if phase == "forward" else op.backward_bytes
-        if op.score_keys:  # an unfused attention core's pass over its scores
+        if op.te_quantize:
+            seconds = self._quantize_s(traffic, kernels)
+        elif op.score_keys:  # an unfused attention core's pass over its scores
             seconds = kernels.score_memory_s(traffic, op.score_keys, phase != "forward", op.score_head_dim)
         else:
             backward = phase != "forward"
@@ -650,6 +660,32 @@ class TimeModel:
             accumulate *= 2  # BF16_Optimizer's fp32 cast before the add
         backward = kernels_backward * (side_backward > 0) + op.grad_adds + accumulate
         return kernels_forward * (side_forward > 0), backward
+
+    def _gemm_pass_s(self, op: Op, kernels: Kernels, phase: str, rows: float, groups: int, out: float) -> float:
+        """Seconds of a matmul op's GEMM kernels in one pass over *rows* rows a group: the forward (rows × k by
+        k × n), the input gradient ("dgrad": rows × n by n × k) or the weight gradient ("wgrad": k × rows by
+        rows × n), *out* bytes an output element. Where the framework runs the op's columns as separate
+        linears (`Op.linears`: torchtitan's wq, wk, wv, w1, w3) each is its own GEMM at its own width, with its
+        own waves and fixed time, and its own HBM floor (`Kernels.gemm_s`): each reads the whole input (a
+        narrow one, wk or wv at n = 128 under TP 8, moves ~2 bytes of input per 2·n FLOPs, below Hopper's
+        ridge); else the op's share n / fused n of the one GEMM it is part of (Megatron's linear_qkv,
+        linear_fc1), its bytes the op's (`_phase_s`)."""
+        assert op.gemm is not None
+        _, k, n, _, fused = op.gemm
+        shapes = {
+            "forward": lambda width: (rows, width, k),
+            "dgrad": lambda width: (rows, k, width),
+            "wgrad": lambda width: (k, width, rows),
+        }[phase]
+        if not op.linears:
+            return n / fused * kernels.gemm_compute_s(*shapes(fused), groups, out)
+        operand = 1.0 if self.run.timing.matmul_dtype == "fp8" and op.fp8 else self.run.training.dtype_bytes
+        seconds = 0.0
+        for width in op.linears:
+            a, b, inner = shapes(width)
+            traffic = groups * ((a + b) * inner * operand + a * b * out)  # two operands read, the output written
+            seconds += max(kernels.gemm_compute_s(a, b, inner, groups, out), kernels.memory_s(traffic))
+        return seconds
 
     def _quantize_s(self, traffic: float, kernels: Kernels) -> float:
         """Seconds of an FP8 GEMM operand's quantization (`_cast_bytes`'s HBM bytes): TransformerEngine's

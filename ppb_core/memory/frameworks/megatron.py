@@ -284,7 +284,7 @@ from ppb_core.memory.frameworks.base import FULL_UNIT, FrameworkRules
 from ppb_core.memory.frameworks.dummy_wgrad import dummy_wgrad_bytes
 from ppb_core.memory.frameworks.flex_buffers import deepep_buffer_bytes, hybridep_buffer_bytes
 from ppb_core.memory.frameworks.layer_wise import extra_state_bytes
-from ppb_core.memory.frameworks.megatron_fsdp import non_unit_params, preserved_bytes
+from ppb_core.memory.frameworks.megatron_fsdp import backward_working_bytes, preserved_bytes
 from ppb_core.memory.frameworks.muon import MUON_SAVING_BYTES, matrix_params
 from ppb_core.memory.frameworks.offload import forward_held_bytes, offload_split
 from ppb_core.memory.frameworks.ring import framework_ring, te_ring_terms
@@ -299,7 +299,7 @@ from ppb_core.memory.frameworks.workspaces import (
     transformer_engine_workspace_bytes,
 )
 from ppb_core.memory.setup import MemorySetup
-from ppb_core.memory.static import StaticBytes, gathered_parameter_bytes, static_bytes
+from ppb_core.memory.static import StaticBytes, static_bytes
 from ppb_core.model.geometry import kv_heads_per_rank, per_rank
 from ppb_core.model.kinds import MTP_PART, OUTPUT_PART, BodyKind, EncoderBodyKind, HeadKind, LayerKind, Moe, TailKind
 from ppb_core.model.params import LayerParams
@@ -799,13 +799,12 @@ class MegatronRules(FrameworkRules):
         kind: LayerKind | None = None,
         beside: tuple[str | None, str | None] = (None, None),
     ) -> float:
-        """SAPP's gathered parameters, but under Megatron-FSDP only of the layer's FSDP units: the modules
-        outside them are gathered at every moment already (`megatron_fsdp.py`, counted in `static`)."""
-        if kind is None or not setup.megatron_fsdp:
+        """SAPP's gathered parameters; under Megatron-FSDP the whole buckets of the layer's FSDP units (the
+        modules outside them are gathered at every moment already, counted in `static`) and the layer's whole
+        gradient bucket (`megatron_fsdp.py`)."""
+        if kind is None or not setup.megatron_fsdp or setup.shard_level < 3:
             return super().parameter_working_bytes(params, setup, node, gathered, before, after, kind)
-        outside = non_unit_params(kind, setup)
-        units = LayerParams(params.non_expert - outside.non_expert, params.expert - outside.expert)
-        return gathered * gathered_parameter_bytes(units, setup)
+        return backward_working_bytes(params, kind, setup, gathered)
 
     def module_state_bytes(self, kind: LayerKind, setup: MemorySetup) -> tuple[float, float]:
         """The token dispatcher's last routing and MLA's YaRN tables, per layer and per MTP layer, and

@@ -18,10 +18,27 @@ core_v0.18.0) `reset()` released every bucket there, so the copy is held from th
 reduction, not at the step (`StaticBytes.held_through_step_bytes`). An MTP layer's inner `TransformerLayer`
 (multi_token_prediction.py `MultiTokenPredictionLayer.mtp_model_layer`) is a unit like the decoder's.
 
+In a module's backward (Megatron-LM febd25e3fb and d98e8a64) a unit's gathered parameters are that same whole
+bucket, not the other ranks' shards beside this one's: `async_bucket_gather` all-gathers the persistent shard into
+a fresh `fetch_bucket` allocation of `bucket_index.size`. Its gradients go to a whole bucket too: megatron_fsdp.py
+`_grad_acc` reads `param.main_grad`, whose getter (param_and_grad_buffer.py `main_grad_getter`) calls
+`fetch_bucket(dtype=grad_comm_dtype)` on the sharded main-gradient buffer, an unsharded allocation in the
+gradient-communication dtype (the main gradients' where unset, `training.grad_bytes`), freed by
+`GradReducePipeline`'s `free_up_grad_bucket` once its reduce-scatter has run. Every module does this, a non-unit
+one too (its parameters' `register_post_accumulate_grad_hook`). Not modelled: how many more buckets are alive
+where a backward starts or ends. The all-gather prefetch runs to `suggested_AG_prefetch_size` elements and the
+reduce-scatter queue keeps buckets up to `suggested_RS_queue_capacity`, half and all of
+`suggested_communication_unit_size` (`MegatronFSDP._init_fsdp_param_and_grad_buffer`: at least 1e9 elements
+unless --suggested-communication-unit-size says otherwise). That depends on a module's place in the stage's
+backward, which a layer's description does not carry; ppb keeps SAPP's *gathered* units and the layer's own
+gradient bucket.
+
 Torch FSDP2 (`--use-torch-fsdp2`) wraps the model otherwise and keeps none of this (`RunConfig.megatron_fsdp`).
 """
 
 from __future__ import annotations
+
+from dataclasses import replace
 
 from ppb_core.memory.setup import MemorySetup
 from ppb_core.memory.static import layer_params
@@ -49,3 +66,12 @@ def preserved_bytes(kind: LayerKind, setup: MemorySetup) -> int:
     if not setup.megatron_fsdp or setup.shard_level < 3:
         return 0
     return non_unit_params(kind, setup).total * setup.dtype_bytes
+
+
+def backward_working_bytes(params: LayerParams, kind: LayerKind, setup: MemorySetup, gathered: int) -> float:
+    """What a module's backward holds of parameters and gradients under Megatron-FSDP (module docstring):
+    *gathered* whole 16-bit buckets of the layer's units (its non-unit modules are gathered at every moment
+    already, counted in static memory), and the whole gradient bucket of all its parameters."""
+    outside = non_unit_params(kind, setup)
+    units = replace(params, non_expert=params.non_expert - outside.non_expert, expert=params.expert - outside.expert)
+    return gathered * units.gathered_bytes(setup.dtype_bytes) + params.total * setup.grad_bytes
