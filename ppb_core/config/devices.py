@@ -58,6 +58,9 @@ Achieved fractions are measured, not datasheet figures:
 - `eager_memory_efficiency`: the same for PyTorch's eager element-wise and reduction kernels, one aten
   op each (torchtitan without torch.compile), where measured: Liger-Kernel's benchmarks of eager
   modules (0: `memory_efficiency`). A100 0.68, H100 0.82 (`EAGER_MEMORY_EFFICIENCY_*`).
+- `elementwise_kernel_us`: the fixed GPU time of a memory-bound kernel beside its bytes at the element-wise
+  rate, from NVIDIA's cuDNN RMSNorm benchmark at its smallest shapes (H200 1.6 us, GB200 and GB300 2.3;
+  `ELEMENTWISE_KERNEL_US_*`); 0 where unmeasured (A100).
 - `standard_attention_measured`: an unfused attention core's score-sized passes (its batched products,
   softmax and dropout over b·h·s² scores) at the HBM share PyTorch's standard attention reached in the
   FlashAttention-3 paper (H100 SXM5: forward 0.66, backward 0.60 of 3.35 TB/s at 4k keys and head size 128, lower below;
@@ -391,6 +394,8 @@ class DeviceProfile:
     # The share PyTorch's eager kernels reach (`EAGER_MEMORY_EFFICIENCY_A100`, `_H100`); 0: no public
     # measurement, `memory_efficiency`.
     eager_memory_efficiency: float = 0.0
+    # The fixed GPU time of every memory-bound kernel beside its bytes (`ELEMENTWISE_KERNEL_US_*`); 0: not measured.
+    elementwise_kernel_us: float = 0.0
     # Whether an unfused attention core's score-sized passes run at the HBM share standard attention was
     # measured at on this device (FlashAttention-3's paper, H100 SXM5: `attention_rates.score_fraction`);
     # False: `memory_efficiency`, as every element-wise pass.
@@ -490,6 +495,26 @@ class DeviceProfile:
 # recomputes both means from the transcribed rows.
 EAGER_MEMORY_EFFICIENCY_A100 = 0.68
 EAGER_MEMORY_EFFICIENCY_H100 = 0.82
+# The fixed GPU time of a memory-bound kernel beside its bytes at the element-wise rate (`elementwise_kernel_us`),
+# as `GEMM_KERNEL_US_B200` is a GEMM's: what a kernel takes however few bytes it moves (its CTAs' first wave
+# launched, the first loads' DRAM latency, the last wave's tail), which the wider HBM makes a larger share of a
+# mid-sized kernel. NVIDIA/cudnn-frontend benchmark/norms/results/{h200,gb200,gb300}/all_models_*.csv at 3929da2
+# time one RMSNorm forward at a time (kernel durations from the PyTorch profiler, the L2 flushed before each
+# call): at its two smallest shapes, bf16 8192 x 128 and 16384 x 128 (4,227,328 and 8,454,400 bytes as its
+# `compute_bandwidth_bytes` counts them: x and y, the weight, the fp32 rstd), cuDNN's kernel and torch.compile's
+# one Triton kernel take (bytes / its fwd_gbps) beyond those bytes at 0.8 of HBM (`memory_efficiency`; H200
+# 4,800 GB/s, GB200 and GB300 7,672):
+# - H200: cuDNN 1435.9 / 1957.0 GB/s, 2.944 / 4.320 us, beyond 1.843 / 2.118; compile 1738.2 / 2446.3, 1.331 / 1.254
+# - GB200: cuDNN 1234.6 / 1860.6, 3.424 / 4.544 us, beyond 2.735 / 3.166; compile 1672.2 / 2565.0, 1.839 / 1.919
+# - GB300: cuDNN 1223.2 / 1873.8, 3.456 / 4.512 us, beyond 2.767 / 3.134; compile 1672.2 / 2642.0, 1.839 / 1.823
+# Medians: H200 1.6, GB200 2.3, GB300 2.3 us. They carry the same files' larger shapes: GB200's cuDNN forward
+# at 2048 x 4096 (34 MB) reaches 0.49 of HBM, 0.8's bytes plus 2.3 us 0.56; at 16384 x 4096 and 8192 x 8192 (268 MB)
+# 0.78-0.84 against 0.76; H200's at 34 MB 0.67-0.70 against 0.68. H100 and H800 take H200's (the
+# same GH100 die, an assumption for their HBM3), B200 GB200's (the same sm_100 die and HBM3e label); A100: no
+# such measurement public, 0. tests/test_timing_elementwise_kernel.py re-derives the medians by hand.
+ELEMENTWISE_KERNEL_US_HOPPER = 1.6
+ELEMENTWISE_KERNEL_US_B200 = 2.3
+ELEMENTWISE_KERNEL_US_B300 = 2.3
 # `DeviceProfile.host_link_gbs`: PCIe Gen5 x16 host-to-device as measured (nvbandwidth, 8x H200), Gen4 x16
 # as measured (nvbandwidth, 8x A100-SXM4-80GB; until 2026-12-06 its spec times Gen5's measured share, 27.28)
 HOST_LINK_GBS_GEN5 = 55.43
@@ -591,6 +616,7 @@ DEVICE_CATALOG: dict[str, DeviceProfile] = {
         450.0,
         50.0,
         sm_count=132,
+        elementwise_kernel_us=ELEMENTWISE_KERNEL_US_HOPPER,
         persistent_gemms=True,
         nic_efficiency=0.94,
         gemm_kernel_us=5.3,
@@ -616,6 +642,7 @@ DEVICE_CATALOG: dict[str, DeviceProfile] = {
         450.0,
         50.0,
         sm_count=132,
+        elementwise_kernel_us=ELEMENTWISE_KERNEL_US_HOPPER,
         persistent_gemms=True,
         fp8_matmul_efficiency=0.734,
         nic_efficiency=0.94,
@@ -652,6 +679,7 @@ DEVICE_CATALOG: dict[str, DeviceProfile] = {
         900.0,
         50.0,
         sm_count=148,
+        elementwise_kernel_us=ELEMENTWISE_KERNEL_US_B200,
         nic_efficiency=0.94,
         matmul_efficiency=0.776,
         fp8_matmul_efficiency=0.763,
@@ -715,6 +743,7 @@ DEVICE_CATALOG: dict[str, DeviceProfile] = {
         900.0,
         50.0,
         sm_count=152,
+        elementwise_kernel_us=ELEMENTWISE_KERNEL_US_B200,
         nic_efficiency=0.94,
         matmul_efficiency=0.729,
         fp8_matmul_efficiency=0.723,
@@ -772,6 +801,7 @@ DEVICE_CATALOG: dict[str, DeviceProfile] = {
         900.0,
         100.0,
         sm_count=148,
+        elementwise_kernel_us=ELEMENTWISE_KERNEL_US_B300,
         nic_efficiency=0.94,
         matmul_efficiency=round(1769.0 / 2250, 3),
         fp8_matmul_efficiency=round(3353.3 / 4500, 3),
@@ -819,6 +849,7 @@ DEVICE_CATALOG: dict[str, DeviceProfile] = {
         900.0,
         100.0,
         sm_count=148,
+        elementwise_kernel_us=ELEMENTWISE_KERNEL_US_B300,
         nic_efficiency=0.94,
         matmul_efficiency=round(1769.0 * GB300_OVER_B300_LAYER_GEMMS / 2500, 3),  # 0.833
         fp8_matmul_efficiency=round(3353.3 * FP8_GB300_OVER_B300_LAYER_GEMMS / 5000, 3),  # 0.770
@@ -891,6 +922,7 @@ DEVICE_CATALOG: dict[str, DeviceProfile] = {
         200.0,
         50.0,
         sm_count=132,
+        elementwise_kernel_us=ELEMENTWISE_KERNEL_US_HOPPER,
         persistent_gemms=True,
         nic_efficiency=0.94,
         gemm_kernel_us=5.3,

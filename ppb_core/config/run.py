@@ -681,6 +681,9 @@ class Device(StrictModel):
     fp8_tile_overhead_us: Latency | None = Field(None, description="fixed time per output tile of an FP8 GEMM")
     gemm_kernel_us: Latency | None = Field(None, description="fixed time of every 16-bit GEMM kernel")
     fp8_gemm_kernel_us: Latency | None = Field(None, description="fixed time of every FP8 GEMM kernel")
+    elementwise_kernel_us: Latency | None = Field(
+        None, description="fixed GPU time of every memory-bound kernel beside its bytes (0: none)"
+    )
     gemm_full_intensity: Annotated[float, Field(gt=0.0, le=1024.0)] | None = Field(
         None, description="operand intensity Tm·Tn/(Tm+Tn) from which a GEMM tile runs at the ceiling"
     )

@@ -160,6 +160,8 @@ class Kernels:
     # (`DeviceProfile.standard_attention_measured`, `score_memory_s`); 0: the element-wise rate
     score_peak_bytes_per_s: float = 0.0
     memory_efficiency: float = 0.8  # the element-wise share of HBM (`DeviceProfile.memory_efficiency`)
+    # a memory-bound kernel's fixed GPU time beside its bytes (`DeviceProfile.elementwise_kernel_us`)
+    elementwise_kernel_s: float = 0.0
     # TransformerEngine's FP8 attention (`timing.fp8_dot_product_attention`): the (die, kernel precision) whose
     # measured FP8-over-BF16 ratios its passes take (`fp8_attention.fp8_attention_factor`); None: 16-bit passes
     fp8_attention: tuple[str, str] | None = None
@@ -245,6 +247,7 @@ class Kernels:
             hbm_bytes_per_s=device.hbm_bandwidth_gbs * 1e9 * device.memory_efficiency,
             score_peak_bytes_per_s=device.hbm_bandwidth_gbs * 1e9 if device.standard_attention_measured else 0.0,
             memory_efficiency=device.memory_efficiency,
+            elementwise_kernel_s=device.elementwise_kernel_us * 1e-6,
             eager_hbm_bytes_per_s=device.hbm_bandwidth_gbs * 1e9 * device.eager_memory_efficiency,
             attention_forward=(
                 device.flash2_forward_efficiency * sdpa_forward if flash2 else device.attention_forward_efficiency

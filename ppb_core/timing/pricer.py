@@ -59,6 +59,7 @@ from ppb_core.timing.launches import (
     PY_STEP_SHARE,
     layer_launches,
     norm_fed,
+    op_launches,
 )
 from ppb_core.timing.nan_fill import deterministic_fill_bytes
 from ppb_core.timing.ring import exposed_exchanges_s, ring_attention_s
@@ -617,7 +618,8 @@ class TimeModel:
                     else kernels.memory_s(0.0 if op.linears else op.bytes)
                 )
                 quantized = self._quantize_s(cast * m * k * groups * each, kernels)
-                return max(compute, moved) + kernels.memory_s(cast_bytes + side_forward) + quantized
+                passes = self._side_kernels(op)[0] * kernels.elementwise_kernel_s
+                return max(compute, moved) + kernels.memory_s(cast_bytes + side_forward) + quantized + passes
             half = (
                 kernels.score_memory_s(op.backward_bytes / 2, op.score_keys, True, op.score_head_dim)
                 if op.score_keys
@@ -635,6 +637,7 @@ class TimeModel:
                 + self._titan_wgrad_copies(op) * each
                 + self._te_sp_transpose_bytes(op) * m * k * groups * each
             )
+            wgrad += self._side_kernels(op)[1] * kernels.elementwise_kernel_s
             return {"backward": dgrad + wgrad, "dgrad": dgrad, "wgrad": wgrad}[phase]
         traffic = op.bytes if phase == "forward" else op.backward_bytes
         if op.te_quantize:
@@ -648,7 +651,44 @@ class TimeModel:
             seconds = kernels.elementwise_s(traffic - legacy, op.fusion, backward=backward, strided=op.strided)
             if legacy > 0:
                 seconds += kernels.elementwise_s(legacy, None, backward=backward, strided=True)
+            seconds += self._memory_kernels(op)[backward] * kernels.elementwise_kernel_s
         return seconds if phase in ("forward", "backward") else seconds / 2
+
+    def _memory_kernels(self, op: Op) -> tuple[float, float]:
+        """(forward, backward) GPU kernels of a memory-bound op, each paying the device's fixed kernel time
+        (`Kernels.elementwise_kernel_s`): under Megatron the kernels `launches.op_launches` counts from its code
+        (a SequentialMLP's activation once per local expert), whatever CUDA graphs do to their launches; other
+        frameworks' kernels (torchtitan's eager or compiled ops, MindSpore's graphs) are not counted: none."""
+        if self.run.framework != "megatron" or not self.kernels.elementwise_kernel_s:
+            return 0.0, 0.0
+        forward, backward = op_launches(
+            op,
+            tp=self.run.parallel.tp,
+            mla=any(getattr(spec, "is_mla", False) for spec in self.run.specs.values()),
+            rope_fusion=self.run.rope_fused,
+            cross_entropy_fusion=self.run.timing.cross_entropy_fusion,
+            wgrad_fused=self.run.timing.gradient_accumulation_fusion,
+        )
+        each = max(1, op.sequential)
+        return each * forward, each * backward
+
+    def _side_kernels(self, op: Op) -> tuple[float, float]:
+        """(forward, backward) memory-bound kernels a GEMM op runs beside its GEMMs under Megatron, each paying
+        the fixed kernel time as `_memory_kernels`' do: its bias passes (`Op.side_kernels` where it has such
+        bytes), DDP's main-gradient adds of other parameters (`Op.grad_adds`) and, without gradient-accumulation
+        fusion, of its weight's (one a weight, `launches.op_launches`). TE's quantize kernels are left out: their
+        measured share (`_quantize_s`) holds their time whole."""
+        if self.run.framework != "megatron" or not self.kernels.elementwise_kernel_s:
+            return 0.0, 0.0
+        side_forward, side_backward = op.side_bytes
+        kernels_forward, kernels_backward = op.side_kernels
+        _, _, n, groups, fused = op.gemm
+        unfused = op.weight_elements and not self.run.timing.gradient_accumulation_fusion
+        accumulate = groups * n / fused if unfused else 0.0
+        if self.run.timing.deepspeed_bf16_optimizer:
+            accumulate *= 2  # BF16_Optimizer's fp32 cast before the add
+        backward = kernels_backward * (side_backward > 0) + op.grad_adds + accumulate
+        return kernels_forward * (side_forward > 0), backward
 
     def _gemm_pass_s(self, op: Op, kernels: Kernels, phase: str, rows: float, groups: int, out: float) -> float:
         """Seconds of a matmul op's GEMM kernels in one pass over *rows* rows a group: the forward (rows × k by
