@@ -47,10 +47,12 @@ def test_the_unfused_loss_moves_what_megatron_s_cross_entropy_moves(gpt_1_7b):
     _, classes, _ = gpt_1_7b
     # Megatron's vocab-parallel cross-entropy one op at a time: per logit 2 + 9·4 = 38 bytes forward,
     # 2 + 3·4 = 14 backward; 4 micro-batches of 4096 tokens × 131072 logits: 111,669,149,696 bytes, at
-    # 0.8 of 3.35 TB/s (2.68e12 B/s) 41.67 ms.
+    # 0.8 of 3.35 TB/s (2.68e12 B/s) 41.67 ms; plus H100's fixed 1.6 µs a kernel (cudnn-frontend's H200 RMSNorm
+    # sweep) over its kernels, 25 forward and 10 backward a micro-batch (launches.py: the upcast, max, shift, ...):
+    # 4·35·1.6 µs = 0.224 ms.
     loss = classes["memory-bound: loss"]
     assert loss.bytes == pytest.approx(4 * 4096 * 131072 * 52, rel=1e-12)
-    assert loss.seconds == pytest.approx(111_669_149_696 / 2.68e12, rel=1e-9)
+    assert loss.seconds == pytest.approx(111_669_149_696 / 2.68e12 + 4 * 35 * 1.6e-6, rel=1e-9)
 
 
 def test_ops_fall_in_their_classes(bench):

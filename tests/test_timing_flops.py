@@ -719,12 +719,14 @@ def test_gpt_oss_experts_fc2_bias_is_megatron_s_per_expert_loop():
 
 def test_gpt_oss_clamp_is_priced_at_the_strided_eager_share():
     # the clamp above (H100, 3,350 GB/s): 754,974,720 bytes at 0.515 of the peak forward = 0.4376 ms, 1,038,090,240
-    # at 0.603 backward = 0.5139 ms (kernels.STRIDED_EAGER_SHARE), not at the fused share 0.8 (0.2817 / 0.3873 ms)
+    # at 0.603 backward = 0.5139 ms (kernels.STRIDED_EAGER_SHARE), not at the fused share 0.8 (0.2817 / 0.3873 ms);
+    # plus each kernel's fixed GPU time, H100's 1.6 µs (cudnn-frontend's H200 RMSNorm sweep): the clamp's 4
+    # kernels forward (two clamps, the limit's tensor, ...) and 8 backward (`_glu_clamp`'s launches)
     run = spec_run(GPT_OSS_MOE_LAYER, s=4096, dp=8, ep=8)
     clamp = next(op for op in ops_of(run) if op.name == "experts_clamp")
     model = TimeModel(run)
-    assert model._phase_s(clamp, "forward") == pytest.approx(754_974_720 / (3350e9 * 0.515))
-    assert model._phase_s(clamp, "backward") == pytest.approx(1_038_090_240 / (3350e9 * 0.603))
+    assert model._phase_s(clamp, "forward") == pytest.approx(754_974_720 / (3350e9 * 0.515) + 4 * 1.6e-6)
+    assert model._phase_s(clamp, "backward") == pytest.approx(1_038_090_240 / (3350e9 * 0.603) + 8 * 1.6e-6)
 
 
 def test_gpt_oss_fc2_bias_under_hybridep_runs_in_fp32():
@@ -758,12 +760,14 @@ def test_gpt_oss_fc2_bias_broadcast_products_at_the_strided_eager_share():
     # The bf16 per-expert loop above on H100 (3,350 GB/s; Megatron's element-wise ops at its memory efficiency 0.8):
     # forward 566,231,040 bytes, 94,371,840 of them b·p's broadcast write at 0.515 (STRIDED_EAGER_SHARE): 471,859,200
     # / 2,680e9 = 0.17607 ms + 94,371,840 / 1,725.25e9 = 0.05470 ms; backward 755,040,256, 377,487,360 of them the
-    # two broadcast products at 0.603: 377,552,896 / 2,680e9 = 0.14088 ms + 377,487,360 / 2,020.05e9 = 0.18687 ms
+    # two broadcast products at 0.603: 377,552,896 / 2,680e9 = 0.14088 ms + 377,487,360 / 2,020.05e9 = 0.18687 ms;
+    # plus H100's fixed 1.6 µs a kernel (cudnn-frontend's H200 RMSNorm sweep) over the loop's kernels, 16 local
+    # experts in bf16 (no cast): forward 2 an expert + the cat = 33, backward 4 an expert + 2 = 66
     run = spec_run(GPT_OSS_MOE_LAYER, s=4096, dp=8, ep=8)
     bias = next(op for op in ops_of(run) if op.name == "experts_bias")
     model = TimeModel(run)
-    forward = 471_859_200 / (3350e9 * 0.8) + 94_371_840 / (3350e9 * 0.515)
-    backward = 377_552_896 / (3350e9 * 0.8) + 377_487_360 / (3350e9 * 0.603)
+    forward = 471_859_200 / (3350e9 * 0.8) + 94_371_840 / (3350e9 * 0.515) + 33 * 1.6e-6
+    backward = 377_552_896 / (3350e9 * 0.8) + 377_487_360 / (3350e9 * 0.603) + 66 * 1.6e-6
     assert model._phase_s(bias, "forward") == pytest.approx(forward)
     assert model._phase_s(bias, "backward") == pytest.approx(backward)
 

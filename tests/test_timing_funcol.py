@@ -108,23 +108,21 @@ def test_async_tp_s_fused_ops_copy_less():
 
 
 def test_async_tp_runs_its_matmuls_a_shard_at_a_time():
-    # the gathered attention input feeds qk_proj and v_proj (one fused 4096 × 768 GEMM on a rank, q 512 +
-    # k 128 + v 128 for 32/8 heads and 8/8 KV heads): each run as 8 GEMMs of 4096/8 = 512 rows, what
-    # they lose over the whole 4096 rows = 8·g(512) − g(4096) with g the device's GEMM time, shared by
-    # the two ops by their widths (640 + 128 of 768: the whole of it)
+    # the gathered attention input (2·2048 = 4096 rows, k 4096) feeds qk_proj and v_proj, which torchtitan runs as
+    # its separate linears wq, wk, wv (model.py `Attention`: three nn.Linear; on a rank q 4096/8 = 512, k and v
+    # 8·128/8 = 128 columns): each run as 8 GEMMs of 4096/8 = 512 rows; what they lose over the whole 4096 rows
+    # = Σ_linears 8·t(512, n) − t(4096, n), each linear at its own time t = max(its GEMM g, its bytes' HBM time:
+    # (rows + n)·k·2 read + rows·n·2 written), the op's own bytes not charged again
     model, layer = _model("torchtitan", tp_overlap=1.0)
     ops = {op.name: op for op in model.ops(layer)}
     k16 = model._kernels_16
+    assert ops["qk_proj"].linears == (512, 128) and ops["v_proj"].linears == (128,)
 
-    def g(rows: float) -> float:
-        return k16.gemm_compute_s(rows, 768, 4096, 1, 2)
+    def t(rows: float, n: int) -> float:
+        return max(k16.gemm_compute_s(rows, n, 4096, 1, 2), k16.memory_s((rows + n) * 4096 * 2 + rows * n * 2))
 
     lost = model._chunked_s("gather_attention", ops["gather_attention"].forward_comm, ops, backward=False)
-    # each op's forward is its share of the GEMM, or its bytes' HBM time where that is longer
-    expected = 0.0
-    for name, width in (("qk_proj", 640), ("v_proj", 128)):
-        memory = k16.memory_s(ops[name].bytes)
-        expected += max(width / 768 * 8 * g(512), memory) - max(width / 768 * g(4096), memory)
+    expected = sum(8 * t(512, n) - t(4096, n) for n in (512, 128, 128))
     assert lost == pytest.approx(expected)
     assert lost > 0
 
