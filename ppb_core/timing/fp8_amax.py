@@ -19,7 +19,7 @@ Priced: the all-reduce's latency, a few hundred bytes over the stage's tp·cp·d
 forward and backward that holds FP8 GEMMs: inside the node nccl-tests' measured latency for the group size
 (`DeviceProfile.nccl_small_all_reduce_us`, NCCL's tuner choosing the algorithm, as NeMo's recipes leave it;
 linear in the ring's steps past the largest group measured), else the scalar rule's 2(g−1) steps; across nodes
-the rule's 2·⌈log2 nodes⌉ tree steps at the inter-node latency too (`reporting.scalar_all_reduce_seconds`).
+the rule's 2·⌈log2 nodes⌉ tree steps at the inter-node latency too (`reporting.scalar_across_nodes_seconds`).
 Not priced: the concatenation and the update (two small kernels, a few kilobytes), the reduction of a chunk
 rerun under full recompute (TE's checkpoint re-enters the autocast), and any wait for a slower rank of the
 group, which the all-reduce makes every rank of it share.
@@ -27,11 +27,10 @@ group, which the all-reduce makes every rank of it share.
 
 from __future__ import annotations
 
-import math
-
 from ppb_core.config.devices import measured_share
 from ppb_core.config.run import RunConfig
 from ppb_core.timing.comm import Group, Links
+from ppb_core.timing.reporting import scalar_across_nodes_seconds
 
 REDUCTIONS_PER_CHUNK = 2  # the autocast's exit (forward) and the first module's backward
 
@@ -78,7 +77,5 @@ def amax_reduction_seconds(run: RunConfig, links: Links) -> float:
     group = amax_group(run)
     if group.size <= 1:
         return 0.0
-    local = links.in_node(group)
-    nodes = math.ceil(group.size / local)
-    across = 2 * math.ceil(math.log2(nodes)) * (links.latency_s + links.inter_node_latency_s) if nodes > 1 else 0.0
-    return in_node_all_reduce_s(local, links, run.device.profile().nccl_small_all_reduce_us) + across
+    measured = run.device.profile().nccl_small_all_reduce_us
+    return in_node_all_reduce_s(links.in_node(group), links, measured) + scalar_across_nodes_seconds(group, links)

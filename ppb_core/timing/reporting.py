@@ -206,10 +206,15 @@ def scalar_all_reduce_seconds(group: Group, links: Links) -> float:
     2·⌈log2 nodes⌉ across nodes (NCCL's tree), the latter paying the inter-node latency as well."""
     if group.size <= 1:
         return 0.0
-    local = links.in_node(group)
-    nodes = math.ceil(group.size / local)
+    return 2 * (links.in_node(group) - 1) * links.latency_s + scalar_across_nodes_seconds(group, links)
+
+
+def scalar_across_nodes_seconds(group: Group, links: Links) -> float:
+    """The part of a scalar all-reduce over *group* between its nodes: 2·⌈log2 nodes⌉ steps of NCCL's tree,
+    each paying the inter-node latency as well (0 inside one node)."""
+    nodes = math.ceil(group.size / links.in_node(group))
     across = 2 * math.ceil(math.log2(nodes)) if nodes > 1 else 0
-    return 2 * (local - 1) * links.latency_s + across * (links.latency_s + links.inter_node_latency_s)
+    return across * (links.latency_s + links.inter_node_latency_s)
 
 
 def scalar_broadcast_seconds(group: Group, links: Links) -> float:
