@@ -394,6 +394,8 @@ class TimeModel:
             and run.timing.transformer_impl == "transformer_engine"
             and not run.framework_release.holds("te_fp8_input_transposed_in_forward")
         )
+        # MLA's unfused RoPE kernels (`launches.op_launches`' *mla*), for the fixed kernel time (`_memory_kernels`)
+        self._mla = any(getattr(spec, "is_mla", False) for spec in run.specs.values())
         self._fp8_weight_bytes = float8_weight_cast_bytes(run)
         self._configured = {name: normalized(run.switches(name)) for name in run.model_names}
         self._prices: dict[tuple[str, LayerKind], dict[str, OpPrice]] = {}
@@ -664,7 +666,7 @@ class TimeModel:
         forward, backward = op_launches(
             op,
             tp=self.run.parallel.tp,
-            mla=any(getattr(spec, "is_mla", False) for spec in self.run.specs.values()),
+            mla=self._mla,
             rope_fusion=self.run.rope_fused,
             cross_entropy_fusion=self.run.timing.cross_entropy_fusion,
             wgrad_fused=self.run.timing.gradient_accumulation_fusion,
