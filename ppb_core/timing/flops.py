@@ -147,7 +147,7 @@ class Op:
     # Where the framework runs this op's columns as separate linears, each its own GEMM forward, dgrad and
     # wgrad at its own width (torchtitan's wq and wk in `qk_proj`, wv in `v_proj`, w1 and w3 in `mlp_in`:
     # model.py `Attention` and `FeedForward`, three and two `nn.Linear`s): those widths, summing to n, priced
-    # each at its own waves and fixed time (`TimingPricer._gemm_pass_s`); (): one GEMM (its share of the fused).
+    # each at its own waves and fixed time (`TimeModel._gemm_pass_s`); (): one GEMM (its share of the fused).
     linears: tuple[float, ...] = ()
     # A flash-attention kernel: ((sequence, head) pairs, queries per sequence, mean keys per query,
     # head size of the scores, 1 under the causal mask else 0).
