@@ -1915,7 +1915,7 @@ def _check_fp8_attention(run: RunConfig, where: str) -> None:
         return
     field = "timing.fp8_dot_product_attention"
     if timing.matmul_dtype != "fp8" or timing.transformer_impl != "transformer_engine":
-        said = "is TE's FP8 attention: needs matmul_dtype fp8 and transformer_impl transformer_engine"
+        said = "TE's FP8 attention needs matmul_dtype fp8 and transformer_impl transformer_engine"
         raise InputError(where, field, said)
     if not run.training.flash_attention or timing.te_attention_backend == "flash":
         raise InputError(where, field, "runs cuDNN's fused attention only: needs flash_attention true, not flash")

@@ -203,7 +203,11 @@ def write_run_configs(result: SearchResult, folder: str | Path, prefix: str, cou
         files[folder / f"{stem}.yaml"] = text.encode()
         if not fields.complete:
             mindformers = plan_file.endswith(".yml")
-            whole = mindformers_text(result.spec, entry) if mindformers else _plan_text(result.spec, entry)
+            whole = (
+                mindformers_text(result.spec, entry)
+                if mindformers
+                else _plan_text(entry, torchtitan_said(result.spec, entry))
+            )
             files[folder / plan_file] = whole.encode()
     write_files(files)
     return [path for path in files if path.suffix == ".yaml"]
@@ -288,11 +292,10 @@ def torchtitan_text(said: dict[str, Any]) -> str:
     return "".join(line + "\n" for line in [*lines, *(said.get("lines") or [])])
 
 
-def _plan_text(spec: SearchSpec, entry: Ranked) -> str:
+def _plan_text(entry: Ranked, titan: dict[str, Any] | None) -> str:
     """The balancer's JSON of a ranked plan, as `NN-<name>.plan.json` holds it: a torchtitan plan with its
-    `torchtitan` section, as `ppb balance`'s JSON carries it (`add_torchtitan`)."""
+    `torchtitan` section *titan* (`torchtitan_said`), as `ppb balance`'s JSON carries it (`add_torchtitan`)."""
     plan = dict(entry.plan)
-    titan = torchtitan_said(spec, entry)
     if titan is not None:
         plan["torchtitan"] = titan
     return json.dumps(plan, indent=2) + "\n"
@@ -300,7 +303,8 @@ def _plan_text(spec: SearchSpec, entry: Ranked) -> str:
 
 def _entry_files(spec: SearchSpec, entry: Ranked, folder: Path, stem: str) -> dict[Path, bytes]:
     config, _ = _run_config_text(spec, entry, folder, stem, f"{stem}{whole_plan_suffix(spec)}")
-    texts = {f"{stem}.yaml": config, f"{stem}.plan.json": _plan_text(spec, entry)}
+    titan = torchtitan_said(spec, entry)
+    texts = {f"{stem}.yaml": config, f"{stem}.plan.json": _plan_text(entry, titan)}
     # the search's framework's own file alone: what a torchtitan user launches is not Megatron-LM's flags
     if spec.framework == "megatron":
         # the flags `ppb balance` prints first: for a plan Megatron-Core cannot say, the fastest it can say
@@ -309,7 +313,6 @@ def _entry_files(spec: SearchSpec, entry: Ranked, folder: Path, stem: str) -> di
     elif spec.framework == "mindformers":
         texts[f"{stem}.mindformers.yaml"] = mindformers_text(spec, entry)
     else:
-        titan = torchtitan_said(spec, entry)
         assert titan is not None  # a torchtitan search's
         texts[f"{stem}.torchtitan.toml"] = torchtitan_text(titan)
     return {folder / name: text.encode() for name, text in texts.items()}

@@ -41,7 +41,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from ppb_core.memory.setup import MemorySetup
-from ppb_core.memory.static import layer_params
+from ppb_core.memory.static import layer_params, unsharded_gradient_bytes
 from ppb_core.model.kinds import BodyKind, LayerKind, TailKind
 from ppb_core.model.params import LayerParams, body_params
 
@@ -74,4 +74,4 @@ def backward_working_bytes(params: LayerParams, kind: LayerKind, setup: MemorySe
     already, counted in static memory), and the whole gradient bucket of all its parameters."""
     outside = non_unit_params(kind, setup)
     units = replace(params, non_expert=params.non_expert - outside.non_expert, expert=params.expert - outside.expert)
-    return gathered * units.gathered_bytes(setup.dtype_bytes) + params.total * setup.grad_bytes
+    return gathered * units.gathered_bytes(setup.dtype_bytes) + unsharded_gradient_bytes(params, setup)
