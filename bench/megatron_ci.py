@@ -152,7 +152,8 @@ def recipes(platform: str = "h100") -> dict[tuple[str, str], Recipe]:
 
 def launch_text(config: dict[str, Any]) -> str:
     """The case's environment and flags as the CI's launch hands them to pretrain_gpt.py
-    (_run_training.sh: `true` is the bare flag, a `[a, b]` list its words, other values one word)."""
+    (_run_training.sh: `true` is the bare flag, a `[a, b]` list its words, other values one word, a word
+    without spaces unescaped as the script's shell passes leave it: `_shell_word`)."""
     lines = [f"export {name}={shlex.quote(str(value))}" for name, value in (config.get("ENV_VARS") or {}).items()]
     words = ["pretrain_gpt.py"]
     for flag, value in (config.get("MODEL_ARGS") or {}).items():
@@ -165,8 +166,20 @@ def launch_text(config: dict[str, Any]) -> str:
             if text.startswith("[") and text.endswith("]"):
                 words += [flag, *text[1:-1].replace(",", " ").split()]
             else:
-                words += [flag, shlex.quote(text)]
+                words += [flag, shlex.quote(_shell_word(text))]
     return "\n".join([*lines, " ".join(words)])
+
+
+def _shell_word(text: str) -> str:
+    """A flag's value without spaces as _run_training.sh hands it over (c08d89bea0 to d98e8a64): `echo "$value" |
+    xargs` drops each backslash that escapes a character, then the `eval` of the unquoted word drops the next
+    level, so c08d89bea0's layout `Et*3\\\\|\\\\(tt\\\\|\\\\)*6tL` reached Megatron as `Et*3|(tt|)*6tL`
+    (its own comment there). A value with spaces is quoted there and kept as it is."""
+    if any(char.isspace() for char in text):
+        return text
+    for _ in range(2):  # xargs, then the eval
+        text = re.sub(r"\\(.)", r"\1", text)
+    return text
 
 
 @dataclass(frozen=True)
@@ -179,6 +192,7 @@ class Golden:
     measured_commit: str = ""  # the last whose edit changed a logged number (`_measured_by`), and its date
     # mem-max-allocated-bytes by logged iteration, ascending (`iteration_peaks`)
     peaks_by_iteration: tuple[tuple[int, int], ...] = ()
+    measured_dir: str = ""  # the case's directory at `measured_commit` (renames followed)
 
     @classmethod
     def read(cls, path: str) -> Golden:
@@ -190,14 +204,17 @@ class Golden:
             return int(values[max(values)]) if values else None
 
         peaks = _numbers(data.get("mem-max-allocated-bytes"))
+        measured = _measured_by(path)
+        there = next((where for version, where, _ in _history(path) if version == measured), path)
         return cls(
             last("mem-max-allocated-bytes"),
             last("mem-allocated-bytes"),
             seconds_of(data.get("iteration-time"), path, commit),
             commit,
             memory_commit,
-            _measured_by(path),
+            measured,
             tuple((step, int(peaks[step])) for step in sorted(peaks)),
+            there.rsplit("/", 1)[0],
         )
 
     @property
@@ -210,6 +227,20 @@ class Golden:
         found = {"megatron_core": day, "transformer_engine": te_release(sha) or day}
         torch = torch_release(sha)
         return found | ({"pytorch": torch} if torch else {})
+
+
+def measured_config(case_dir: str, golden: Golden) -> dict[str, Any]:
+    """The case's model_config.yaml as the run that measured *golden* read it: at its measuring commit, in the
+    case's directory there (`Golden.measured_dir`), else *case_dir*'s at COMMIT. A later commit may change a
+    case's flags without recording its values again: 2659630721 (2025-04-09) gave the 8-expert TP2 case
+    `--disable-bias-linear`, its A100 values still cb12e3dea4's, run with biases; d7bf5aaaa8 (2025-08-26) gave
+    the MLA selective-recompute case `--overlap-moe-expert-parallel-comm`, its values still c08d89bea0's, run
+    without it."""
+    if golden.measured_commit and golden.measured_dir:
+        sha = golden.measured_commit.split()[0]
+        with contextlib.suppress(subprocess.CalledProcessError):
+            return yaml.safe_load(_git("show", f"{sha}:{golden.measured_dir}/model_config.yaml")) or {}
+    return yaml.safe_load(_git("show", f"{COMMIT}:{case_dir}/model_config.yaml")) or {}
 
 
 def _history(path: str) -> list[tuple[str, str, bool]]:
@@ -708,18 +739,18 @@ def sweep(
             goldens = {gpu: file for gpu, file in goldens.items() if RECIPE_DIRS[gpu] != platform}
         if not goldens:
             continue
-        config = yaml.safe_load(_git("show", f"{COMMIT}:{CASES}/{name}/model_config.yaml"))
-        if any(re.fullmatch(r"MODEL_ARGS_\d+", str(key)) for key in config):
-            # _run_training.sh runs MODEL_ARGS_<n> for run n: the golden values span several launches
-            refused.append((name, "several launches (MODEL_ARGS_<n>), one golden file", ""))
-            continue
-        text = launch_text(config)
         for gpu, file in goldens.items():
             recipe = listed[RECIPE_DIRS[gpu]].get((family, case)) or Recipe("pretrain_gpt.py", NODE_GPUS)
             golden = Golden.read(f"{CASES}/{name}/{file}")
             if not (golden.peak_bytes or golden.seconds):
                 refused.append((f"{name} ({gpu})", "no training golden values (memory, iteration time)", ""))
                 continue
+            config = measured_config(f"{CASES}/{name}", golden)  # the flags that ran it
+            if any(re.fullmatch(r"MODEL_ARGS_\d+", str(key)) for key in config):
+                # _run_training.sh runs MODEL_ARGS_<n> for run n: the golden values span several launches
+                refused.append((f"{name} ({gpu})", "several launches (MODEL_ARGS_<n>), one golden file", ""))
+                continue
+            text = launch_text(config)
             try:
                 rows.append(price(family, case, gpu, text, golden, recipe.gpus))
             except InputError as err:
