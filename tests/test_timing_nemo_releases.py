@@ -179,4 +179,10 @@ def test_nemo2_rows_take_each_releases_recipe(public):
     assert (fsdp.timing.fp8_recipe, fsdp.parallel.devices_per_node) == ("tensorwise", 64)
     # the csv's cuda_graphs on GB200: MCore's enable_cuda_graph, the local per-layer graphs
     assert public.config(rows["NeMo 25.04 Llama 3 8B FP8 (8 GB200)"]).timing.cuda_graph_impl == "local"
+    # v2.2.0's userbuffers_b200 FP8 configs ring-exchange proj_fprop and fc2_fprop, bulk set_sm_margin False ...
+    assert (run.timing.tp_comm_overlap_methods["proj_fprop"], run.timing.ub_sm_margin) == ("ring_exchange", False)
+    # ... but userbuffers_fp8_h100_h12288_tp4_mbs1_seqlen2048 pipelines proj_fprop (PipelineOverlapCfg num_sm 24,
+    # num_splits 4, set_sm_margin True; TE's default method) and ring-exchanges fc2_fprop only
+    h100 = public.config(rows["NeMo 25.02 GPT3 175B FP8 TP4 PP8 VP6 MBS2 (512 H100)"])
+    assert h100.timing.tp_comm_overlap_methods == {"fc2_fprop": "ring_exchange"} and h100.timing.ub_sm_margin
     assert public.over_device(list(rows.values())) == []
