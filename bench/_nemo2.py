@@ -18,12 +18,13 @@ history 1024, FP8 parameters), v2.3.0/v2.4.0 `--fp8_recipe cs`: `bf16_with_fp8_c
 first_last_layers_bf16 False; grad_reduce_in_fp32 False), nemo/collections/llm/recipes/<model>.py
 `pretrain_performance_optimizations` (TP communication overlap with the script's userbuffers config,
 `defer_embedding_wgrad_compute` and its deferral limit) and `trainer` (the distributed optimizer with overlapped
-gradient reduce and parameter gather, check_for_nan_in_grad True), recipes/tp_overlap_configs/userbuffers.py (every
-B200 FP8 config used here: proj_fprop and fc2_fprop as ring-exchange, the bulk methods with set_sm_margin False;
-v2.2.0's H100 GPT-3 one pipelines proj_fprop), gpt/model/llama.py and gpt/model/base.py (the models). Releases: the
-Megatron-LM and TransformerEngine commits each tag's requirements/manifest.json pins, taken as its container's, but
-25.02's TE: v2.2.0's build installs no TE of its own, so the PyTorch 25.01 base's (1.14; `_RELEASES`). Where the
-table's sizes differ from that release's csv they are taken (they are what ran), as noted.
+gradient reduce and parameter gather, check_for_nan_in_grad True, which v2.4.0's helpers.py turns off),
+recipes/tp_overlap_configs/userbuffers.py (every B200 FP8 config used here: proj_fprop and fc2_fprop as
+ring-exchange, the bulk methods with set_sm_margin False; v2.2.0's H100 GPT-3 one pipelines proj_fprop),
+gpt/model/llama.py and gpt/model/base.py (the models). Releases: the Megatron-LM and TransformerEngine commits each
+tag's requirements/manifest.json pins, taken as its container's, but 25.02's TE: v2.2.0's build installs no TE of
+its own, so the PyTorch 25.01 base's (1.14; `_RELEASES`). Where the table's sizes differ from that release's csv
+they are taken (they are what ran), as noted.
 """
 
 from __future__ import annotations
@@ -171,7 +172,9 @@ def _run(
             "cross_entropy_fusion": True,  # GPTConfig cross_entropy_loss_fusion
             **({"cross_entropy_fusion_impl": "te"} if release != "25.02" else {}),
             "rope_fusion": spec.get("position_embedding", "rope") == "rope",
-            "check_for_nan_in_grad": True,
+            # the recipes' DDP config sets it; v2.4.0's helpers.py `set_perf_optimization_configs` turns it off
+            # (NVIDIA/NeMo 26320a72ac, "Disable local gradient checker in performance scripts", 2025-05-30)
+            "check_for_nan_in_grad": release != "25.07",
             # gpt_data_step: every rank reads its own batch; MockDataModule builds no mask under TE
             "batch_broadcast": False,
             "attention_mask_in_dataloader": False,

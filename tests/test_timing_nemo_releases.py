@@ -179,6 +179,9 @@ def test_nemo2_rows_take_each_releases_recipe(public):
     assert (fsdp.timing.fp8_recipe, fsdp.parallel.devices_per_node) == ("tensorwise", 64)
     # the csv's cuda_graphs on GB200: MCore's enable_cuda_graph, the local per-layer graphs
     assert public.config(rows["NeMo 25.04 Llama 3 8B FP8 (8 GB200)"]).timing.cuda_graph_impl == "local"
+    # v2.4.0 (25.07) helpers.py `set_perf_optimization_configs`: ddp.check_for_nan_in_grad = False (v2.3.0 sets none)
+    assert not public.config(rows["NeMo 25.07 Llama 3 8B FP8 (8 GB200)"]).timing.check_for_nan_in_grad
+    assert public.config(rows["NeMo 25.04 Llama 3 8B FP8 (8 GB200)"]).timing.check_for_nan_in_grad
     # v2.2.0's userbuffers_b200 FP8 configs ring-exchange proj_fprop and fc2_fprop, bulk set_sm_margin False ...
     assert (run.timing.tp_comm_overlap_methods["proj_fprop"], run.timing.ub_sm_margin) == ("ring_exchange", False)
     # ... but userbuffers_fp8_h100_h12288_tp4_mbs1_seqlen2048 pipelines proj_fprop (PipelineOverlapCfg num_sm 24,
