@@ -105,7 +105,16 @@ def test_archive_25_09_rows_take_v0_1_0rc3s_perf_matrix(public, rows):
     # the 25.09 container (Megatron-Bridge docs/releases/software-versions.md at v0.2.0): cuDNN 9.11, below 9.17
     assert run.timing.cudnn_version == (9, 11)
     # llama3_8b_llm_pretrain.yaml gb200: MBS 2 with cuda_graphs (MCore's enable_cuda_graph: the local graphs)
-    assert public.config(rows["NeMo 25.09 Llama 3 8B FP8 (8 GB200)"]).timing.cuda_graph_impl == "local"
+    eight = public.config(rows["NeMo 25.09 Llama 3 8B FP8 (8 GB200)"])
+    assert eight.timing.cuda_graph_impl == "local"
+    # run_script.py passes no comm_overlap config, so recipes/llama/llama31_405b.py's own stands: the output layer's
+    # weight gradients deferred, limit 50 (llama3_70b.py: 22; llama3_8b.py: none); set_megatron_fsdp_overrides
+    # turns it off under Megatron FSDP
+    deferred = public.config(rows["NeMo 25.09 Llama 3.1 405B FP8 TP4 PP8 CP2 (128 B200)"]).training
+    assert deferred.defer_embedding_wgrad_compute and deferred.wgrad_deferral_limit == 50
+    deferred = public.config(rows["NeMo 25.09 Llama 3 70B FP8 TP4 PP8 (64 H100)"]).training
+    assert deferred.defer_embedding_wgrad_compute and deferred.wgrad_deferral_limit == 22
+    assert not run.training.defer_embedding_wgrad_compute and not eight.training.defer_embedding_wgrad_compute
 
 
 def test_archive_fsdp_rows_offload_as_their_presets(public, rows):
