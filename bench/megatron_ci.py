@@ -24,12 +24,13 @@ refused; so are the release cases (mixtral/), whose recipes (node count) are not
 cases without training golden values (inference), and cases the reader refuses, grouped by the flag
 it names. A golden file's values may be older than d98e8a64, which ppb's rules follow: each row
 shows the last commit that set them and its date (`git log --follow`, a pure rename setting none), and
-the older one that set its memory values where a later edit left them. Each row is priced as the code that
-measured it (`framework_release`, ppb_core.config.releases): Megatron-Core at the date of the last commit
-whose file changed a logged number (`_measured_by`: 93ebf8d72f's removal of NaN times measured nothing), and
-Transformer Engine as that commit's CI image built it (`te_release`: Dockerfile.ci.dev's TE_COMMIT, else the
-uv.lock's transformer-engine version, else, the NGC image's own TE, no later than the commit's date), and
-PyTorch as that image's NGC container shipped it (`torch_release`).
+the older one that set its memory values where a later edit left them. Each row is priced with the flags that
+measured it, the case's model_config.yaml at that commit (`measured_config`; `--verbose` names the flags that
+differ from d98e8a64's), and as the code that measured it (`framework_release`, ppb_core.config.releases):
+Megatron-Core at the date of the last commit whose file changed a logged number (`_measured_by`: 93ebf8d72f's
+removal of NaN times measured nothing), and Transformer Engine as that commit's CI image built it (`te_release`:
+Dockerfile.ci.dev's TE_COMMIT, else the uv.lock's transformer-engine version, else, the NGC image's own TE, no
+later than the commit's date), and PyTorch as that image's NGC container shipped it (`torch_release`).
 
 Prints each case (peak, after-step, seconds: measured, ppb, error), then per family and GPU the mean
 absolute and the largest error of each, with `--verbose` the MoE rows beyond 3% priced with the busiest
@@ -52,7 +53,7 @@ import shlex
 import subprocess
 import sys
 from collections import Counter, defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -391,6 +392,8 @@ class Row:
     gpus: int = NODE_GPUS  # the recipe's GPUs
     measured: MeasuredPeak | None = None  # the row as bench/public_memory.py prices it (routing bounds)
     settings: tuple[str, ...] = ()  # what `setting_splits` groups rows by (`launch_settings`, releases, micro-batches)
+    # the flags and variables the measuring run set otherwise than COMMIT's file (`measured_config`)
+    drift: tuple[str, ...] = ()
 
 
 def _error(pair: tuple[float, float] | None) -> float | None:
@@ -751,8 +754,10 @@ def sweep(
                 refused.append((f"{name} ({gpu})", "several launches (MODEL_ARGS_<n>), one golden file", ""))
                 continue
             text = launch_text(config)
+            now = yaml.safe_load(_git("show", f"{COMMIT}:{CASES}/{name}/model_config.yaml")) or {}
+            drift = _changed(*({**(c.get("ENV_VARS") or {}), **(c.get("MODEL_ARGS") or {})} for c in (config, now)))
             try:
-                rows.append(price(family, case, gpu, text, golden, recipe.gpus))
+                rows.append(replace(price(family, case, gpu, text, golden, recipe.gpus), drift=drift or ()))
             except InputError as err:
                 refused.append((f"{name} ({gpu})", f"refused at {err.field or 'the launch'}", err.problem))
     return rows, refused
@@ -811,6 +816,8 @@ def main() -> int:
         if verbose:
             for note in row.notes:
                 print(f"    not modelled: {note}")
+            if row.drift:
+                print(f"    flags as measured at {row.golden.measured_commit}, not {COMMIT}'s: {', '.join(row.drift)}")
     print()
     print("mean absolute and largest error, per family and GPU:")
     groups: dict[tuple[str, str], list[Row]] = defaultdict(list)
