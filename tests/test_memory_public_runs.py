@@ -148,3 +148,28 @@ def test_the_mixtral_release_rows_are_the_golden_files(bench):
         assert spec.vocab_size == (256000 if "alltoall" in row.name else 32000)
         # TP 2 everywhere (the EP 8 case's flags set it after the name's tp1); PP 4, 4 with 8 chunks, 8; EP 4 or 8
         assert (par.tp, par.pp, par.ep) in ((2, 4, 4), (2, 4, 8), (2, 8, 8))
+
+
+def test_the_deepseek_v3_proxy_rows_are_the_golden_files(bench):
+    # mixtral/deepseekv3_proxy_flex_*_release_sm golden_values_dev_dgx_{h100,gb200}.json at iteration 9535:
+    # mem-max-allocated-bytes, mem-allocated-bytes, iteration 1's; global batch 512 over dp 8 at micro-batch 1 or 4
+    rows = [row for row in bench.measured_peaks() if row.name.startswith("Megatron DeepSeek-V3 proxy")]
+    found = sorted(
+        (
+            bench.config(r).device.name,
+            round(r.measured_gib * 2**30),
+            r.after_step_bytes,
+            r.first_iteration_bytes,
+            (bench.config(r).parallel.tp, bench.config(r).parallel.pp, bench.config(r).parallel.ep),
+            bench.config(r).training.micro_batches,
+        )
+        for r in rows
+    )
+    assert found == [
+        ("gb200", 121062998016, 58583740416, 106022002688, (2, 2, 8), 16),  # 512 / (4 · 8)
+        ("h100-80gb", 51399831552, 33393860608, 42198188032, (2, 4, 16), 64),  # 512 / (1 · 8)
+    ]
+    for row in rows:
+        spec = bench.config(row).models[0].spec
+        assert (spec.num_layers, spec.num_experts, spec.experts_per_token, spec.mtp_layers) == (14, 64, 8, 1)
+        assert bench.config(row).timing.moe_dispatcher == "hybridep"
