@@ -5,6 +5,10 @@ from __future__ import annotations
 import pytest
 from bench_modules import load_bench
 
+from ppb_core.memory.allocated import allocated_peak_bytes, uncounted_bytes
+from ppb_core.memory.model import MemoryModel, run_stage_peaks
+from ppb_core.model.walk import walk
+
 
 @pytest.fixture(scope="module")
 def bench():
@@ -173,3 +177,25 @@ def test_the_deepseek_v3_proxy_rows_are_the_golden_files(bench):
         spec = bench.config(row).models[0].spec
         assert (spec.num_layers, spec.num_experts, spec.experts_per_token, spec.mtp_layers) == (14, 64, 8, 1)
         assert bench.config(row).timing.moe_dispatcher == "hybridep"
+
+
+def test_hybridep_s_buffers_are_not_counted_by_the_allocator(bench):
+    # HybridEP maps its buffers with cuMemCreate / cudaMalloc (DeepEP hybrid-ep 94a9f8f allocator.cu, intranode.cu,
+    # internode_doca.cu), beside PyTorch's caching allocator. The H100 proxy: T = 4096·1/tp 2 = 2048 tokens a rank,
+    # G = ep 16 ranks, R = 8 a node, N = 2 nodes, L = 64/16 = 4 local experts, h 7168.
+    # NVLink: 2048·16·7168·2 + 2048·16·4·8·4 + 2048·16·56·4 = 469,762,048 + 4,194,304 + 7,340,032 = 481,296,384;
+    # RDMA dispatch: 2048·7168·2 + 2048·4·8·2·4 + 2048·56·4 = 30,343,168, + 1·2048·(14336 + 128 + 224) = 30,081,024;
+    # combine 2·1·2048·(14336 + 128) = 59,244,544; in all 600,965,120 bytes
+    row = next(r for r in bench.measured_peaks() if r.name == "Megatron DeepSeek-V3 proxy H100 TP2 PP4 EP16")
+    run = bench.config(row)
+    memory, layer_walk = MemoryModel(run), walk(run)
+    assert uncounted_bytes(memory, layer_walk, row.stage) == 600_965_120
+    peak = run_stage_peaks(run, memory, layer_walk)[row.stage]
+    assert allocated_peak_bytes(memory, layer_walk, peak) == peak.peak_bytes - 600_965_120
+    assert bench.predicted_after_step_gib(row) == pytest.approx((peak.moments["optimizer"] - 600_965_120) / 2**30)
+    # a run without a flex dispatcher: nothing uncounted, the allocator's peak is the peak
+    dense = next(r for r in bench.measured_peaks() if r.name == "Megatron GPT 7B TP4 PP1 (H100)")
+    run = bench.config(dense)
+    memory, layer_walk = MemoryModel(run), walk(run)
+    peak = run_stage_peaks(run, memory, layer_walk)[0]
+    assert uncounted_bytes(memory, layer_walk, 0) == 0 and allocated_peak_bytes(memory, layer_walk, peak) is None
