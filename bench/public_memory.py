@@ -371,7 +371,8 @@ GPU_DEVICES = {"h100": "h100-80gb", "a100": "a100-80gb", "gb200": "gb200"}
 def _megatron_release_rows() -> list[MeasuredPeak]:
     """Megatron's release runs of the 15B (`_release_15b_run`), each golden file's last logged peak (iteration
     12715 or 13000), after-step memory and first iteration. The node count of a release run is not in the
-    repository (its recipes live in a private submodule, tests/functional_tests/local_recipes at 3230340fcc):
+    repository (the release recipes were a submodule, tests/functional_tests/local_recipes: a gitlink without
+    .gitmodules at 3230340fcc):
     each row takes the data-parallel size whose after-step memory, the optimizer's shards over dp, matches the
     file's own, and says so; the peak, iteration 1 and the seconds are not used to choose it."""
     # (gpu, golden file, tp, pp, dp, release, last mem-max-allocated-bytes, mem-allocated-bytes, iteration 1's
