@@ -246,11 +246,14 @@ def _megatron_moe_rows() -> list[MeasuredPeak]:
             assumptions=(
                 "dp 2 (one node of 8 GPUs)",
                 "routing balanced (dropless_imbalance 1.0; the run's own imbalance is not published)",
-                "the recipe lists the case under mr-broken",
+                "one of three recordings of 2026-01-14 with the same flags (54.84, 55.54, 55.98 GiB: 69ba8096f0, "
+                "c292652b5d, 11debfa7b4), alike to iteration 3 (53.94), after which the case went to mr-broken "
+                "(ef159836f5)",
             ),
         ),
-        # The same case's golden values on DGX Cloud H100 (recorded with the code of Oct 2025, unchanged
-        # since a3a1f06787): the same first iteration and plateau, but no step up after iteration 29.
+        # The same case's golden values on DGX Cloud H100: byte for byte the DGX H100 recording of f5590597c4
+        # (2025-10-31: 55056003072, 57920647168, 57961472000, steps at iterations 2, 3 and 34), so the code of
+        # Oct 2025 rather than the cluster; its rise after iteration 3 is 0.04 GiB where 11debfa7b4's is 2.04.
         MeasuredPeak(
             "Megatron MoE-MLA 16L TP2 PP2 EP4 (H100, DGX Cloud)",
             f"{MEGATRON_TESTS}/moe/{case}/golden_values_dev_dgxh100_dgxc.json",
@@ -262,7 +265,7 @@ def _megatron_moe_rows() -> list[MeasuredPeak]:
             assumptions=(
                 "dp 2 (one node of 8 GPUs)",
                 "routing balanced (dropless_imbalance 1.0; the run's own imbalance is not published)",
-                "the same case and settings as the row above, another cluster's run",
+                "the same case and settings as the row above, the figures of its 2025-10-31 recording",
             ),
         ),
     ]
@@ -409,6 +412,140 @@ def _megatron_release_rows() -> list[MeasuredPeak]:
         )
         for gpu, file, tp, pp, dp, release, peak, after_step, first, dp_choice in cases
     ]
+
+
+def _mixtral_spec(hidden: int, layers: int, heads: int, ffn: int, vocab: int) -> dict[str, Any]:
+    """Megatron's release Mixtral (mixtral/*_release/model_config.yaml): SwiGLU experts of *ffn*, 8 of them,
+    top 2, RMSNorm, RoPE, 8 query groups, no biases, no dropout, untied embeddings."""
+    return {
+        "vocab_size": vocab,
+        "hidden_size": hidden,
+        "num_layers": layers,
+        "num_attention_heads": heads,
+        "num_key_value_heads": 8,
+        "intermediate_size": ffn,
+        "activation": "swiglu",
+        "norm": "rmsnorm",
+        "norm_bias": False,
+        "tied_embeddings": False,
+        "position_embedding": "rope",
+        "max_position_embeddings": 4096,
+        "attention_bias": False,
+        "attention_output_bias": False,
+        "mlp_bias": False,
+        "attention_dropout": 0.0,
+        "hidden_dropout": 0.0,
+        "num_experts": 8,
+        "experts_per_token": 2,
+        "moe_intermediate_size": ffn,
+    }
+
+
+def _mixtral_release_run(
+    name: str, spec: dict[str, Any], gpu: str, par: dict[str, int], global_batch: int, release: dict[str, str]
+) -> dict[str, Any]:
+    """A release Mixtral case: micro-batch 1 of 4096, distributed optimizer with both overlaps, SP, the alltoall
+    dispatcher with grouped GEMMs and the aux-loss router, --no-rope-fusion (its default in these cases)."""
+    dp = par["dp"]
+    return {
+        "name": name,
+        "framework": "megatron",
+        "framework_release": release,
+        "models": [{"name": "gpt", "spec": spec, "pad_vocab_multiple": 128}],
+        "parallel": {
+            **par,
+            "sequence_parallel": True,
+            "zero": 1,
+            **({"schedule": "interleaved"} if par.get("vpp", 1) > 1 else {}),
+        },
+        "training": {
+            "seq_length": 4096,
+            "micro_batch_size": 1,
+            "micro_batches": global_batch // dp,
+            "dtype": "bf16",
+            "flash_attention": True,
+            "optimizer": "adam",
+            "rope_fusion": False,
+            "moe": {"router": {"aux_losses": ["aux_loss"]}, "grouped_gemm": True},
+        },
+        "device": {"name": GPU_DEVICES[gpu], "reserved_mb": 0},
+        "timing": {
+            "transformer_impl": "transformer_engine",
+            "gradient_accumulation_fusion": True,
+            "deterministic": False,
+            "log_params_norm": True,
+            "log_num_zeros_in_grad": True,
+            "rope_fusion": False,
+            "overlap": {"dp": 1.0, "param_gather": 1.0, "tp": 0.0},
+            "moe_dispatcher": "alltoall",
+        },
+    }
+
+
+# the LTS image of April 2025 (4b63750ae8 .gitlab/stages/01.build.yml: NGC PyTorch 24.01, PyTorch 2.2.0a0, TE 1.2)
+LTS_APRIL_2025 = {"megatron_core": "2025-04-28", "transformer_engine": "1.2", "pytorch": "2.2"}
+
+
+def _mixtral_release_rows() -> list[MeasuredPeak]:
+    """Megatron's Mixtral release runs (mixtral/<case>/golden_values_dev_dgx_h100.json and _lts_dgx_a100.json), the
+    last logged peak: of the last SLURM window where a run spans several (each resumed window restarts the
+    counter). As for the 15B rows the node count is not public and each row takes the data-parallel size whose
+    after-step memory matches the file's. MoE: the peak is the busiest micro-batch's routing of the window, ppb's
+    at balanced routing (the aux-loss router, dropless)."""
+    mixtral_8x7b_256k = _mixtral_spec(4096, 32, 32, 14336, 256000)  # nemotron_2_256k tokenizer
+    mixtral_8x7b = _mixtral_spec(4096, 32, 32, 14336, 32000)  # Llama2Tokenizer: Mixtral's own 32000 entries
+    mixtral_8x22b = _mixtral_spec(6144, 56, 48, 16384, 32000)
+    alltoall = "mixtral_8x7b_alltoall_tp2pp4ep4_release"
+    ep8 = "mixtral_8x7b_tp1pp4ep8vpp8_release"  # its flags set --tensor-model-parallel-size 2 after the name's tp1
+    big = "mixtral_8x22b_tp2pp8ep8vpp1_release"
+    # (label, case, gpu, spec, parallel, global batch, release, last peak, mem-allocated-bytes, iteration 1's peak,
+    # after-step error at the chosen dp and at the next one; every release a file's measuring commit's, the dev
+    # files' as bench/megatron_ci.py reads them: Dockerfile.ci.dev TE_COMMIT or uv.lock, NGC PyTorch)
+    cases = (
+        ("8x7B alltoall TP2 PP4 EP4", alltoall, "h100", mixtral_8x7b_256k,
+         {"dp": 16, "tp": 2, "pp": 4, "ep": 4, "etp": 2}, 1024,
+         {"megatron_core": "2025-06-27", "transformer_engine": "2025-03-18", "pytorch": "2.7"},
+         25603858432, 17703634944, 23340781568, "dp 16 (128 GPUs): after-step -0.2%, dp 8 +26.6%"),
+        ("8x7B alltoall TP2 PP4 EP4", alltoall, "a100", mixtral_8x7b_256k,
+         {"dp": 16, "tp": 2, "pp": 4, "ep": 4, "etp": 2}, 1024, LTS_APRIL_2025,
+         25339500544, 17448753152, 23085549568, "dp 16 (128 GPUs): after-step +0.1%, dp 8 +27.3%"),
+        ("8x7B TP2 PP4 VPP8 EP8", ep8, "h100", mixtral_8x7b,
+         {"dp": 8, "tp": 2, "pp": 4, "vpp": 8, "ep": 8, "etp": 1}, 256,
+         {"megatron_core": "2026-04-16", "transformer_engine": "2.14"},
+         35505844224, 19743387648, 29394774016, "dp 8 (64 GPUs): after-step -0.0%, dp 16 -22.3%"),
+        ("8x7B TP2 PP4 VPP8 EP8", ep8, "a100", mixtral_8x7b,
+         {"dp": 8, "tp": 2, "pp": 4, "vpp": 8, "ep": 8, "etp": 1}, 256, LTS_APRIL_2025,
+         35900022784, 19085930496, 30055743488, "dp 8 (64 GPUs): after-step -0.3%, dp 16 -23.4%"),
+        ("8x22B TP2 PP8 EP8", big, "h100", mixtral_8x22b,
+         {"dp": 8, "tp": 2, "pp": 8, "ep": 8, "etp": 2}, 256,
+         {"megatron_core": "2026-04-16", "transformer_engine": "2.14"},
+         28533706752, 23002929152, 23002945536, "dp 8 (128 GPUs): after-step -0.0%, dp 16 -28.9%"),
+        ("8x22B TP2 PP8 EP8", big, "a100", mixtral_8x22b,
+         {"dp": 8, "tp": 2, "pp": 8, "ep": 8, "etp": 2}, 256, LTS_APRIL_2025,
+         28168466432, 22284785664, 26512646144, "dp 8 (128 GPUs): after-step -0.3%, dp 16 -30.1%"),
+    )  # fmt: skip
+    rows = []
+    for label, case, gpu, spec, par, batch, release, peak, after_step, first, dp_choice in cases:
+        lts = gpu == "a100"
+        file = f"golden_values_{'lts' if lts else 'dev'}_dgx_{gpu}.json"
+        rows.append(
+            MeasuredPeak(
+                f"Megatron Mixtral {label} ({gpu.upper()}{', LTS image' if lts else ''})",
+                f"{MEGATRON_TESTS}/mixtral/{case}/{file}",
+                _mixtral_release_run(f"megatron-{case}-{gpu}", spec, gpu, par, batch, release),
+                stage=par["pp"] - 1,
+                measured_gib=peak / GIB,
+                after_step_bytes=after_step,
+                first_iteration_bytes=first,
+                assumptions=(
+                    f"{dp_choice} (the node count is not published)",
+                    "routing balanced (the run's own imbalance is not published)",
+                    *(("the Llama 2 tokenizer's 32000 entries",) if spec["vocab_size"] == 32000 else ()),
+                    *(("--rotary-percent 0.5 priced as full RoPE",) if case == alltoall else ()),
+                ),
+            )
+        )
+    return rows
 
 
 # torchtitan 9dec370 (the December 2024 file's runs) compiles the blocks, not the loss: train.py leaves
@@ -589,6 +726,7 @@ def measured_peaks() -> list[MeasuredPeak]:
         *_megatron_moe_rows(),
         *_megatron_moe_layout_rows(),
         *_megatron_release_rows(),
+        *_mixtral_release_rows(),
         *_torchtitan_rows(),
         *_torchtitan_scale_rows(),
         *_torchtitan_h200_rows(),

@@ -112,3 +112,39 @@ def test_the_15b_release_rows_are_the_golden_files(bench):
         )  # fmt: skip
         assert (spec.vocab_size, spec.tied_embeddings, run.training.seq_length) == (256000, False, 4096)
         assert run.parallel.zero == 1 and run.parallel.sequence_parallel and row.stage == run.parallel.pp - 1
+
+
+def test_the_mixtral_release_rows_are_the_golden_files(bench):
+    # mixtral/<case>/golden_values_dev_dgx_h100.json and _lts_dgx_a100.json at d98e8a64, the last logged iteration
+    # (22685 and 23405 for the alltoall case's windows, 200 and 150 for the others): mem-max-allocated-bytes,
+    # mem-allocated-bytes, iteration 1's mem-max-allocated-bytes; micro-batch 1 of global 1024 (alltoall) or 256
+    rows = [row for row in bench.measured_peaks() if row.name.startswith("Megatron Mixtral")]
+    found = sorted(
+        (
+            r.source.split("/")[-2],
+            bench.config(r).device.name,
+            round(r.measured_gib * 2**30),
+            r.after_step_bytes,
+            r.first_iteration_bytes,
+            bench.config(r).training.micro_batches,
+        )
+        for r in rows
+    )
+    assert found == [
+        ("mixtral_8x22b_tp2pp8ep8vpp1_release", "a100-80gb", 28168466432, 22284785664, 26512646144, 32),  # 256 / 8
+        ("mixtral_8x22b_tp2pp8ep8vpp1_release", "h100-80gb", 28533706752, 23002929152, 23002945536, 32),
+        ("mixtral_8x7b_alltoall_tp2pp4ep4_release", "a100-80gb", 25339500544, 17448753152, 23085549568, 64),  # 1024/16
+        ("mixtral_8x7b_alltoall_tp2pp4ep4_release", "h100-80gb", 25603858432, 17703634944, 23340781568, 64),
+        ("mixtral_8x7b_tp1pp4ep8vpp8_release", "a100-80gb", 35900022784, 19085930496, 30055743488, 32),
+        ("mixtral_8x7b_tp1pp4ep8vpp8_release", "h100-80gb", 35505844224, 19743387648, 29394774016, 32),
+    ]
+    for row in rows:
+        run = bench.config(row)
+        spec, par = run.models[0].spec, run.parallel
+        assert (spec.num_experts, spec.experts_per_token, spec.num_key_value_heads) == (8, 2, 8)
+        assert row.stage == par.pp - 1 and par.zero == 1 and run.training.micro_batch_size == 1
+        # 8x7B: 32 layers of 4096 (experts of 14336); 8x22B: 56 of 6144 (16384); the tokenizer's 256000 or 32000
+        assert (spec.num_layers, spec.hidden_size, spec.moe_intermediate_size) in ((32, 4096, 14336), (56, 6144, 16384))
+        assert spec.vocab_size == (256000 if "alltoall" in row.name else 32000)
+        # TP 2 everywhere (the EP 8 case's flags set it after the name's tp1); PP 4, 4 with 8 chunks, 8; EP 4 or 8
+        assert (par.tp, par.pp, par.ep) in ((2, 4, 4), (2, 4, 8), (2, 8, 8))
