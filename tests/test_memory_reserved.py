@@ -5,6 +5,7 @@ parameters (1024·64), each of the 4 blocks 41088, TAIL 65600 (norm 64 + output 
 
 from __future__ import annotations
 
+import json
 import weakref
 from typing import Any
 
@@ -18,9 +19,11 @@ from test_memory_runs import DENSE, layers, make_run, model
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
+from ppb_core.estimate.run import estimate
 from ppb_core.memory import run_stage_peaks
 from ppb_core.memory.reserved import copy_in_bytes, reserved_pools
 from ppb_core.model.walk import walk
+from ppb_core.tables.estimate import estimate_from_frame, estimate_to_frame
 
 # 64 tokens · 1024 logits at 2 bytes: the bf16 logits
 LOGITS_BF16 = 2 * 64 * 1024
@@ -167,3 +170,17 @@ def test_the_hole_measured_on_the_cpu():
     rule = make_run({**DENSE, "vocab_size": vocab}, framework="torchtitan", parallel={"dp": 2},
                     training={"seq_length": tokens})  # fmt: skip
     assert mapped - most == 2 * tokens * vocab == _hole(rule)
+
+
+def test_the_estimate_carries_the_pools_through_its_tables():
+    # `ppb estimate` gives each torchtitan FSDP2 stage its pools (JSON `allocator_reserved`), which the stored
+    # tables keep; a Megatron run has none
+    run = _titan(parallel={"dp": 2})
+    result = estimate(run)
+    (pools,) = result.reserved
+    memory, layer_walk = model(run), walk(run)
+    assert pools == reserved_pools(memory, layer_walk, run_stage_peaks(run, memory, layer_walk)[0])
+    data = result.to_json()
+    assert data["allocator_reserved"][0]["reserved_bytes"] == pools.total_bytes
+    assert estimate_from_frame(estimate_to_frame(result)).to_json() == json.loads(json.dumps(data))
+    assert "allocator_reserved" not in estimate(make_run(DENSE, parallel={"dp": 2})).to_json()
