@@ -19,12 +19,15 @@ Sources:
   padded to a multiple of 128·tp, fp32 main gradients (bf16 sets `--main-grads-dtype fp32`).
 - torchtitan benchmarks/llama3_h100_202412_torchtitan.md (pytorch/torchtitan, runs at 9dec370):
   "Memory(GiB)" is train.py's `max_reserved_gib`, torch.cuda `reserved_bytes.all.peak`: the
-  caching allocator's reserved peak, which is at least the allocated peak. Shown as a bound,
-  not scored; its torch.compile rows compile the blocks (9dec370 leaves the loss eager). Likewise
-  Trainy's H200 file in the same folder (torchtitan e7c0cae: the blocks and the loss compiled).
+  caching allocator's reserved peak, which is at least the allocated peak. Beside the allocated
+  peak (a bound, not in the allocated rows' error) each is scored against ppb's reserved estimate
+  (`ppb_core.memory.reserved`); its torch.compile rows compile the blocks (9dec370 leaves the loss
+  eager). Likewise Trainy's H200 file in the same folder (torchtitan e7c0cae: the blocks and the
+  loss compiled).
 
 Prints each row's measured and predicted GiB and the error, then the largest absolute error of
-the allocated rows; then, for the Megatron rows, the memory after the optimizer step
+the allocated rows; then the reserved rows against ppb's reserved estimate, pool by pool, with their
+mean absolute error; then, for the Megatron rows, the memory after the optimizer step
 (`mem-allocated-bytes` of the same golden values) against ppb's optimizer moment, and the first
 iteration's peak (before the first step allocates Adam's moments) against ppb's peak without them;
 then each MoE row's peak at balanced routing and at the most one expert-parallel rank can receive
@@ -45,6 +48,7 @@ sys.path.insert(0, str(ROOT))
 from ppb_core.config.run import RunConfig  # noqa: E402
 from ppb_core.memory.allocated import allocated_peak_bytes, uncounted_bytes  # noqa: E402
 from ppb_core.memory.model import MemoryModel, run_stage_peaks  # noqa: E402
+from ppb_core.memory.reserved import ReservedPools, reserved_pools  # noqa: E402
 from ppb_core.model.walk import walk  # noqa: E402
 
 sys.path.insert(0, str(ROOT / "bench"))
@@ -876,32 +880,16 @@ def _uncounted_gib(run: RunConfig, stage: int) -> float:
     return uncounted_bytes(MemoryModel(run), walk(run), stage) / GIB
 
 
-def stream_pools_gib(row: MeasuredPeak) -> float | None:
-    """For a reserved FSDP2 row, what FSDP2 allocates on its own CUDA streams beyond what ppb's allocated peak
-    counts, in GiB (None for other rows). The caching allocator reuses a freed block only for the stream that
-    allocated it, so these pools stay reserved beside the compute stream's: the sharded gradients
-    (torch 2.13 _fsdp_collectives.py `foreach_reduce` allocates the reduce-scatter output under the
-    reduce-scatter stream; freed by the next zero_grad, their blocks stay that stream's), where the peak's
-    moment runs without them, and one all-gather output of the largest unit (`foreach_all_gather` allocates it
-    under the copy-in stream; FSDP2 frees a unit's once copied out, before it prefetches the next). Were ppb's
-    allocated peak exact and the pools apart, the reserved peak would be at least their sum; the B200 rows of
-    torchao's README fall under it (3-4%): either the pools share blocks there or ppb over-counts that run."""
+def reserved_gib(row: MeasuredPeak) -> ReservedPools | None:
+    """For a reserved torchtitan FSDP2 row, ppb's reserved estimate of the stage the measurement is read from:
+    its caching-allocator pools stream by stream (`ppb_core.memory.reserved`), None for other rows."""
     run = config(row)
-    if row.allocated or run.framework != "torchtitan" or not run.parallel.fsdp:
+    if row.allocated:
         return None
     memory, layer_walk = MemoryModel(run), walk(run)
     peaks = run_stage_peaks(run, memory, layer_walk)
     peak = max(peaks, key=lambda p: p.peak_bytes) if row.stage is None else peaks[row.stage]
-    held = [layer for layer in layer_walk if layer.stage == peak.stage]
-    statics = [memory.static_breakdown(layer) for layer in held]
-    gradients = sum(s.gradient_bytes for s in statics if s.gradients_from_backward)
-    if peak.moment in ("optimizer", "reduction"):
-        gradients = 0.0
-    gathered = [memory.parameters(layer).gathered_bytes(memory.setup.dtype_bytes) for layer in held]
-    if run.timing.fsdp_units == "root" and run.parallel.pp == 1:  # the embedding, final norm and output: one unit
-        ends = [g for layer, g in zip(held, gathered, strict=True) if layer.node in ("HEAD", "TAIL")]
-        gathered = [g for layer, g in zip(held, gathered, strict=True) if layer.node == "BODY"] + [sum(ends)]
-    return (gradients + max(gathered)) / GIB
+    return reserved_pools(memory, layer_walk, peak)
 
 
 def predicted_after_step_gib(row: MeasuredPeak) -> float:
@@ -976,17 +964,29 @@ def main() -> int:
         print(f"    {row.source}; {', '.join(row.assumptions)}")
     print(f"largest absolute error over {len(errors)} allocated peaks: {max(errors):.1%}")
     print()
-    print("reserved rows: ppb's allocated peak + FSDP2's stream pools (the sharded gradients on the reduce-scatter")
-    print("stream where the peak runs without them, one all-gather output of the largest unit on the copy-in")
-    print("stream: `stream_pools_gib`); what is left would be the pools' fragmentation (not scored):")
+    print("reserved rows against ppb's reserved estimate: the caching allocator's pools stream by stream")
+    print("(ppb_core.memory.reserved: the compute stream's high-water mark with the eager loss's free hole, the")
+    print("all-gather copy-in stream's two outputs, the reduce-scatter stream's sharded gradients):")
+    print(f"{'run':44s} {'measured':>9s} {'ppb':>7s} {'error':>7s}  (allocated + hole + copy-in + gradients GiB)")
+    reserved_errors = []
     for row in measured_peaks():
-        pools = stream_pools_gib(row)
+        pools = reserved_gib(row)
         if pools is None:
             continue
-        floor = predicted_gib(row)[0] + pools
-        print(
-            f"{row.name:44s} {row.measured_gib:9.2f} {floor:7.2f} {floor / row.measured_gib - 1:+7.1%}  (+{pools:.2f})"
-        )
+        estimate = pools.total_bytes / GIB
+        error = estimate / row.measured_gib - 1
+        reserved_errors.append(error)
+        parts = (pools.compute_bytes - pools.loss_hole_bytes, pools.loss_hole_bytes, pools.copy_in_bytes,
+                 pools.reduce_scatter_bytes)  # fmt: skip
+        shown = " + ".join(f"{part / GIB:.2f}" for part in parts)
+        print(f"{row.name:44s} {row.measured_gib:9.2f} {estimate:7.2f} {error:+7.1%}  ({shown})")
+    mean = sum(abs(e) for e in reserved_errors) / len(reserved_errors)
+    signed = sum(reserved_errors) / len(reserved_errors)
+    largest = max(reserved_errors, key=abs)
+    print(
+        f"{len(reserved_errors)} reserved rows: mean absolute error {mean:.1%} (signed {signed:+.1%}), "
+        f"largest {largest:+.1%}"
+    )
     print()
     print("after the step (mem-allocated-bytes, torch.cuda.memory_allocated() after the optimizer step) against")
     print("ppb's optimizer moment of the same stage:")

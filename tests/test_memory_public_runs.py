@@ -77,14 +77,22 @@ def test_torchao_s_rows_are_the_readme_s_tables(bench):
         assert run.framework_release.pytorch == ("2.7" if h100 else "2.9")
 
 
-def test_the_stream_pools_of_the_8_gpu_december_row(bench):
-    # Llama 3.1 8B, FSDP over 8: the sharded fp32 gradients, 8,030,261,248 / 8 · 4 = 4,015,130,624 bytes (the peak,
-    # the loss, runs without them), and the root unit's all-gather output, the embedding and output layer
-    # (2 · 128256 · 4096) and the final norm (4096) at bf16: 2,101,354,496; 6,116,485,120 bytes in all
+def test_the_reserved_pools_of_the_8_gpu_december_row(bench):
+    # Llama 3.1 8B, FSDP over 8, 2 · 8192 tokens: the loss's free hole, the bf16 logits, 2 · 16384 · 128256 =
+    # 4,202,692,608 bytes; the copy-in stream's root unit output, the embedding and output layer
+    # (2 · 128256 · 4096) and the final norm (4096) at bf16, 2,101,354,496, beside the first block's output,
+    # 218,112,000 parameters (4096 · 10240 attention + 3 · 4096 · 14336 MLP + 2 · 4096 norms) at bf16, and its
+    # shard copy, 436,224,000 · 9/8 = 490,752,000: 2,592,106,496; the sharded fp32 gradients,
+    # 8,030,261,248 / 8 · 4 = 4,015,130,624 (the peak, the loss, runs without them)
     row = next(r for r in bench.measured_peaks() if r.name == "torchtitan Llama 3.1 8B FSDP 8 (reserved)")
-    assert bench.predicted_gib(row)[1] == "loss"
-    assert bench.stream_pools_gib(row) == pytest.approx(6_116_485_120 / 2**30, rel=1e-12)
-    assert all(bench.stream_pools_gib(r) is None for r in bench.measured_peaks() if r.allocated)
+    pools = bench.reserved_gib(row)
+    allocated, moment = bench.predicted_gib(row)
+    assert moment == "loss" and pools.allocated_bytes == pytest.approx(allocated * 2**30, rel=1e-12)
+    assert pools.loss_hole_bytes == 4_202_692_608
+    assert pools.compute_bytes == pools.allocated_bytes + 4_202_692_608
+    assert pools.copy_in_bytes == 2_592_106_496
+    assert pools.reduce_scatter_bytes == 4_015_130_624
+    assert all(bench.reserved_gib(r) is None for r in bench.measured_peaks() if r.allocated)
 
 
 def test_the_15b_release_rows_are_the_golden_files(bench):
