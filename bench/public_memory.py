@@ -326,6 +326,13 @@ NEMOTRON_15B: dict[str, Any] = {
 }
 
 
+# The A100 release files (`golden_values_lts_dgx_a100.json` since f57304256e) were added as golden_values_0.12.0*.json
+# by cb12e3dea4 and 4b63750ae8 ("QA on 0.12 release"): the Megatron-Core 0.12.0 release's code (core_v0.12.0 lacks
+# 2659630721, `releases.CHANGES["experts_weight_probs"]`, which main held from 2025-04-09) in its dev CI image (NGC
+# PyTorch 25.03, TE bee4649c15: core_v0.12.0 .gitlab/stages/01.build.yml, Dockerfile.ci.dev)
+CORE_0_12_QA = {"megatron_core": "0.12", "transformer_engine": "2025-03-18", "pytorch": "2.7"}
+
+
 def _release_15b_run(gpu: str, tp: int, pp: int, dp: int, release: dict[str, str]) -> dict[str, Any]:
     """The release case on *gpu*: H100 and A100 (gpt3_15b_8t_release_sm) TP8 with --no-rope-fusion; GB200
     (gpt3_15b_8t_release_sm_gb200) TP4 PP2 with 4 chunks of 8 layers, --tp-comm-overlap,
@@ -388,9 +395,10 @@ def _megatron_release_rows() -> list[MeasuredPeak]:
          28160194560, 13269043200, 27658764288,
          "dp 32 (256 GPUs, not published): ppb's after-step memory is -0.1% at dp 32, +5.4% at 16"),
         ("a100", "gpt3_15b_8t_release_sm/golden_values_lts_dgx_a100.json", 8, 1, 32,
-         # cb12e3dea4 (2025-04-04) measured it in the LTS image, built on NGC PyTorch 24.01 (.gitlab/stages/
-         # 01.build.yml): PyTorch 2.2.0a0 and Transformer Engine 1.2 (any TE before 2025-03 prices the same)
-         {"megatron_core": "2025-04-04", "transformer_engine": "1.2", "pytorch": "2.2"},
+         # cb12e3dea4 (2025-04-04) added it as golden_values_0.12.0_PyT25.03.json (renamed _lts_dgx_a100 by
+         # 80d66ec0e4 and f57304256e): Megatron-Core 0.12.0's QA on NGC PyTorch 25.03 (PyTorch 2.7), whose CI image
+         # built TE bee4649c15 (core_v0.12.0 Dockerfile.ci.dev)
+         CORE_0_12_QA,
          28391712768, 12698492928, 27893811200,
          "dp 32 (256 GPUs, not published): ppb's after-step memory is -0.1% at dp 32, +5.7% at 16"),
         ("gb200", "gpt3_15b_8t_release_sm_gb200/golden_values_dev_dgx_gb200.json", 4, 2, 16,
@@ -402,7 +410,7 @@ def _megatron_release_rows() -> list[MeasuredPeak]:
     )  # fmt: skip
     return [
         MeasuredPeak(
-            f"Megatron 15B release TP{tp} PP{pp} ({gpu.upper()}{', LTS image' if 'lts' in file else ''})",
+            f"Megatron 15B release TP{tp} PP{pp} ({gpu.upper()}{', core 0.12.0' if 'lts' in file else ''})",
             f"{MEGATRON_TESTS}/gpt/{file}",
             _release_15b_run(gpu, tp, pp, dp, release),
             stage=pp - 1,
@@ -487,8 +495,6 @@ def _mixtral_release_run(
     }
 
 
-# the LTS image of April 2025 (4b63750ae8 .gitlab/stages/01.build.yml: NGC PyTorch 24.01, PyTorch 2.2.0a0, TE 1.2)
-LTS_APRIL_2025 = {"megatron_core": "2025-04-28", "transformer_engine": "1.2", "pytorch": "2.2"}
 
 
 def _mixtral_release_rows() -> list[MeasuredPeak]:
@@ -512,21 +518,21 @@ def _mixtral_release_rows() -> list[MeasuredPeak]:
          {"megatron_core": "2025-06-27", "transformer_engine": "2025-03-18", "pytorch": "2.7"},
          25603858432, 17703634944, 23340781568, "dp 16 (128 GPUs): after-step -0.2%, dp 8 +26.6%"),
         ("8x7B alltoall TP2 PP4 EP4", alltoall, "a100", mixtral_8x7b_256k,
-         {"dp": 16, "tp": 2, "pp": 4, "ep": 4, "etp": 2}, 1024, LTS_APRIL_2025,
+         {"dp": 16, "tp": 2, "pp": 4, "ep": 4, "etp": 2}, 1024, CORE_0_12_QA,
          25339500544, 17448753152, 23085549568, "dp 16 (128 GPUs): after-step +0.1%, dp 8 +27.3%"),
         ("8x7B TP2 PP4 VPP8 EP8", ep8, "h100", mixtral_8x7b,
          {"dp": 8, "tp": 2, "pp": 4, "vpp": 8, "ep": 8, "etp": 1}, 256,
          {"megatron_core": "2026-04-16", "transformer_engine": "2.14"},
          35505844224, 19743387648, 29394774016, "dp 8 (64 GPUs): after-step -0.0%, dp 16 -22.3%"),
         ("8x7B TP2 PP4 VPP8 EP8", ep8, "a100", mixtral_8x7b,
-         {"dp": 8, "tp": 2, "pp": 4, "vpp": 8, "ep": 8, "etp": 1}, 256, LTS_APRIL_2025,
+         {"dp": 8, "tp": 2, "pp": 4, "vpp": 8, "ep": 8, "etp": 1}, 256, CORE_0_12_QA,
          35900022784, 19085930496, 30055743488, "dp 8 (64 GPUs): after-step -0.3%, dp 16 -23.4%"),
         ("8x22B TP2 PP8 EP8", big, "h100", mixtral_8x22b,
          {"dp": 8, "tp": 2, "pp": 8, "ep": 8, "etp": 2}, 256,
          {"megatron_core": "2026-04-16", "transformer_engine": "2.14"},
          28533706752, 23002929152, 23002945536, "dp 8 (128 GPUs): after-step -0.0%, dp 16 -28.9%"),
         ("8x22B TP2 PP8 EP8", big, "a100", mixtral_8x22b,
-         {"dp": 8, "tp": 2, "pp": 8, "ep": 8, "etp": 2}, 256, LTS_APRIL_2025,
+         {"dp": 8, "tp": 2, "pp": 8, "ep": 8, "etp": 2}, 256, CORE_0_12_QA,
          28168466432, 22284785664, 26512646144, "dp 8 (128 GPUs): after-step -0.3%, dp 16 -30.1%"),
     )  # fmt: skip
     rows = []
@@ -535,7 +541,7 @@ def _mixtral_release_rows() -> list[MeasuredPeak]:
         file = f"golden_values_{'lts' if lts else 'dev'}_dgx_{gpu}.json"
         rows.append(
             MeasuredPeak(
-                f"Megatron Mixtral {label} ({gpu.upper()}{', LTS image' if lts else ''})",
+                f"Megatron Mixtral {label} ({gpu.upper()}{', core 0.12.0' if lts else ''})",
                 f"{MEGATRON_TESTS}/mixtral/{case}/{file}",
                 _mixtral_release_run(f"megatron-{case}-{gpu}", spec, gpu, par, batch, release),
                 stage=par["pp"] - 1,
