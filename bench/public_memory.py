@@ -495,8 +495,6 @@ def _mixtral_release_run(
     }
 
 
-
-
 def _mixtral_release_rows() -> list[MeasuredPeak]:
     """Megatron's Mixtral release runs (mixtral/<case>/golden_values_dev_dgx_h100.json and _lts_dgx_a100.json), the
     last logged peak: of the last SLURM window where a run spans several (each resumed window restarts the
