@@ -880,7 +880,10 @@ def predicted_gib(row: MeasuredPeak) -> tuple[float, str]:
 
 
 def _uncounted_gib(run: RunConfig, stage: int) -> float:
-    """What the stage's device holds beyond the allocator's counters (`uncounted_bytes`), in GiB."""
+    """What the stage's device holds beyond the allocator's counters (`uncounted_bytes`), in GiB; built only for
+    the flex dispatcher's backends, whose buffers they are (the sweep prices hundreds of rows)."""
+    if run.timing.moe_dispatcher not in ("hybridep", "deepep"):
+        return 0.0
     return uncounted_bytes(MemoryModel(run), walk(run), stage) / GIB
 
 
