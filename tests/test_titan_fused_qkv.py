@@ -13,7 +13,10 @@ SMALL_GQA: h 1024, 16 heads of 64, 4 KV heads: wqkv (16 + 8)·64 = 1536 columns;
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
+import yaml
 from small_models import ROUND_DEVICE, SMALL_GQA
 
 from ppb_core.config.releases import CHANGES, parse_release
@@ -23,6 +26,8 @@ from ppb_core.memory.frameworks.torchtitan import op_policy_saves, op_policy_ter
 from ppb_core.memory.setup import MemorySetup
 from ppb_core.model.geometry import Geometry
 from ppb_core.model.walk import walk
+from ppb_core.search.enumerate import Refusal, enumerate_strategies
+from ppb_core.search.spec import parse_search_spec
 from ppb_core.timing.flops import op_policy_rerun
 from ppb_core.timing.pricer import TimeModel
 
@@ -160,3 +165,19 @@ def test_the_op_policy_keeps_the_whole_wqkv_output():
     assert "attention.wq_output" not in kept[FUSED] and "attention.wk_output" not in kept[FUSED]
     assert kept[None]["attention.wq_output"] + kept[None]["attention.wv_output"] == 2048 * 1280
     assert sum(kept[FUSED].values()) - sum(kept[None].values()) == 2048 * 256
+
+
+def test_a_search_s_torchtitan_commit_reaches_every_strategy():
+    # a search spec's framework_release holds for every strategy's run config, as Megatron's releases do
+    data = Path(__file__).parent / "data" / "search"
+    raw = yaml.safe_load((data / "tiny-titan.yaml").read_text()) | {"framework_release": {"torchtitan": FUSED}}
+    spec = parse_search_spec(raw, data / "tiny-titan.yaml", data)
+    strategies = [s for s in enumerate_strategies(spec) if not isinstance(s, Refusal)]
+    assert strategies
+    for strategy in strategies[:3]:
+        run = parse_run_config(strategy.run_raw(spec), "s.yaml")
+        assert run.framework_release.torchtitan == FUSED and Geometry.from_run(run).fused_qkv
+    megatron = dict(raw, framework="megatron")
+    with pytest.raises(InputError) as caught:
+        parse_search_spec(megatron, "s.yaml", data)
+    assert str(caught.value).startswith("s.yaml: framework_release.torchtitan: is torchtitan's")
