@@ -181,3 +181,18 @@ def test_a_search_s_torchtitan_commit_reaches_every_strategy():
     with pytest.raises(InputError) as caught:
         parse_search_spec(megatron, "s.yaml", data)
     assert str(caught.value).startswith("s.yaml: framework_release.torchtitan: is torchtitan's")
+
+
+def test_eager_float8_casts_the_input_once_for_the_one_wqkv():
+    # eager, wq, wk and wv each cast the whole input (`Float8Linear.forward` a module each: 5 B an element,
+    # amax read 2, cast read 2 and write 1; qk_proj's two casts 10, v_proj's 5); one wqkv linear casts it
+    # once, qk_proj and v_proj paying 1280/1536 and 256/1536 of it, as compiled CSE shares it
+    float8 = {"torch_compile": False, "matmul_dtype": "fp8", "fp8_recipe": "tensorwise"}
+    casts = {}
+    for release in (None, FUSED):
+        raw = _raw({"torchtitan": release} if release else None) | {"timing": float8}
+        model = TimeModel(parse_run_config(raw))
+        _, ops = _ops(model)
+        casts[release] = [model._cast_bytes(ops[name], gradient=False) for name in ("qk_proj", "v_proj", "mlp_in")]
+    assert casts[None] == [10, 5, 10]
+    assert casts[FUSED] == pytest.approx([5 * 1280 / 1536, 5 * 256 / 1536, 10])
