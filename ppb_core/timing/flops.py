@@ -549,22 +549,23 @@ def _separate_linears(geo: OpGeometry, *widths: float) -> tuple[float, ...]:
     return tuple(widths) if geo.framework == "torchtitan" else ()
 
 
-def _fused_qkv_split(geo: OpGeometry, rows: float, width: float, compiled_forward: bool) -> tuple[float, float]:
+def _fused_qkv_split(geo: OpGeometry, rows: float, width: float, value: bool) -> tuple[float, float]:
     """(forward, backward) bytes of torchtitan's split of its one `wqkv` output (`FusedQKVLinear.forward`,
     models/common/attention.py at 3396a4b37 and b5bcd76c6) for the *width* columns an op holds (Q and K:
-    `qk_proj`; V: `v_proj`). The output, viewed as [tokens, kv heads, heads a group + 2, head dim], is split
-    along the third axis and each part made contiguous (`reshape(...).contiguous()`: Q cannot be a view, K and
-    V are strided ones); the split's backward is a `cat` of the three gradients into one buffer for the GEMM.
-    Eager: each part a copy kernel (read, write) and the cat reads each gradient and writes its slice. Compiled
-    (torch 2.13's generated code, read on the CPU for a block of this shape): the forward's copies of Q and K
-    fuse into the rotary embedding's kernel, which reads them from the wqkv output where it read wq's and
-    wk's, and V's copy joins that kernel, a read and a write of V (*compiled_forward*: the op's copy is V's);
-    in the backward the rotary embedding's kernel writes its Q and K gradients as before and again into the
-    cat's buffer, and V's gradient from the attention kernel is read and written into it."""
+    `qk_proj`; V, *value*: `v_proj`). The output, viewed as [tokens, kv heads, heads a group + 2, head dim], is
+    split along the third axis and each part made contiguous (`reshape(...).contiguous()`: Q cannot be a view,
+    K and V are strided ones); the split's backward is a `cat` of the three gradients into one buffer for the
+    GEMM. Eager: each part a copy kernel (read, write), and the cat reads each gradient and writes its slice.
+    Compiled (torch 2.13's generated code for a block of this shape with torchtitan's complex rotary, read on
+    the CPU): Q's and K's copies fold into the kernel that casts them to fp32 for the rotary (it reads them
+    from the wqkv output where it read wq's and wk's), and in the backward the rotary's cast back writes their
+    gradients straight into the cat's slices: nothing more for Q and K. V's copy is a read and a write of V
+    (the attention kernel takes a realized V), and V's gradient, the attention backward's own output, is read
+    and written into its slice."""
     elements = rows * width * geo.dtype_bytes
     if geo.eager:
         return 2 * elements, 2 * elements
-    return (2 * elements if compiled_forward else 0.0), (2 * elements if compiled_forward else elements)
+    return (2 * elements, 2 * elements) if value else (0.0, 0.0)
 
 
 def _shared_input_sums(geo: OpGeometry, rows: float, width: float, linears: int = 2) -> tuple[float, float]:
