@@ -17,6 +17,11 @@ Sources:
   Unstated flags take Megatron's defaults (megatron/training/arguments.py): attention and hidden
   dropout 0.1, LayerNorm, GeLU MLP of 4h, biases, learned absolute positions, the vocabulary
   padded to a multiple of 128·tp, fp32 main gradients (bf16 sets `--main-grads-dtype fp32`).
+- Megatron-LM's release tests (the same tree: gpt/gpt3_15b_8t_release_sm{,_gb200}, mixtral/*_release, the
+  DeepSeek-V3 proxies), the same counters of real multi-node runs: H100/GB200 files of main's weekly runs, A100
+  files of Megatron-Core 0.12.0's QA (`CORE_0_12_QA`). Their node count is not in the repository: each row
+  takes the data-parallel size whose after-step memory matches the file's and says so; the flex dispatcher's
+  buffers, which the allocator never counts (`ppb_core.memory.allocated.uncounted_bytes`), are left out.
 - torchtitan benchmarks/llama3_h100_202412_torchtitan.md (pytorch/torchtitan, runs at 9dec370):
   "Memory(GiB)" is train.py's `max_reserved_gib`, torch.cuda `reserved_bytes.all.peak`: the
   caching allocator's reserved peak, which is at least the allocated peak. Beside the allocated
