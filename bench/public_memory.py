@@ -601,13 +601,24 @@ DSV3_PROXY: dict[str, Any] = {
 }
 
 
-def _dsv3_proxy_run(gpu: str, par: dict[str, Any], micro_batch_size: int) -> dict[str, Any]:
-    """A DeepSeek-V3 proxy release case (global batch 512, distributed optimizer with both overlaps, SP), as
-    measured at a50252b6ad (2026-06-18; its uv.lock's transformer-engine 2.16.0)."""
+# the _sm files' measuring commit, a50252b6ad (2026-06-18; its uv.lock's transformer-engine 2.16.0)
+PROXY_JUNE_2026 = {"megatron_core": "2026-06-18", "transformer_engine": "2.16"}
+
+
+def _dsv3_proxy_run(
+    gpu: str,
+    par: dict[str, Any],
+    micro_batch_size: int,
+    release: dict[str, str] = PROXY_JUNE_2026,
+    dispatcher: str = "hybridep",
+    loss_impl: str = "native",
+) -> dict[str, Any]:
+    """A DeepSeek-V3 proxy release case (global batch 512, distributed optimizer with both overlaps, SP) as the
+    code of *release* ran it, with the flex backend *dispatcher* and the fused cross-entropy *loss_impl*."""
     return {
         "name": f"megatron-deepseekv3-proxy-flex-{gpu}",
         "framework": "megatron",
-        "framework_release": {"megatron_core": "2026-06-18", "transformer_engine": "2.16"},
+        "framework_release": release,
         "models": [{"name": "gpt", "spec": DSV3_PROXY, "pad_vocab_multiple": 3232}],
         "parallel": {**par, "etp": 1, "sequence_parallel": True, "zero": 1},
         "training": {
@@ -636,12 +647,13 @@ def _dsv3_proxy_run(gpu: str, par: dict[str, Any], micro_batch_size: int) -> dic
             "gradient_accumulation_fusion": True,
             "deterministic": False,
             "cross_entropy_fusion": True,
+            "cross_entropy_fusion_impl": loss_impl,
             "check_for_nan_in_grad": False,
             "log_params_norm": True,
             "log_num_zeros_in_grad": True,
             "overlap": {"dp": 1.0, "param_gather": 1.0, "tp": 0.0},
             "attention_mask_in_dataloader": False,
-            "moe_dispatcher": "hybridep",
+            "moe_dispatcher": dispatcher,
         },
     }
 
@@ -659,7 +671,7 @@ def _dsv3_proxy_rows() -> list[MeasuredPeak]:
          {"dp": 8, "tp": 2, "pp": 2, "ep": 8, "layout": "Et*7|t*7mL"}, 4,
          121062998016, 58583740416, 106022002688, "dp 8 (32 GPUs): after-step -0.1%, dp 16 -18.2%"),
     )  # fmt: skip
-    return [
+    rows = [
         MeasuredPeak(
             f"Megatron DeepSeek-V3 proxy {label}",
             f"{MEGATRON_TESTS}/mixtral/{case}/golden_values_dev_dgx_{gpu}.json",
@@ -676,6 +688,37 @@ def _dsv3_proxy_rows() -> list[MeasuredPeak]:
         )
         for label, case, gpu, par, mbs, peak, after_step, first, dp_choice in cases
     ]
+    # The full-length release files (iteration 47680), recorded before 168cb15d70 (2026-06-03) turned TE's
+    # cross-entropy fusion off: their flags then said --cross-entropy-fusion-impl te, and the H100 one
+    # --moe-enable-deepep (the DeepEP backend; git diff be2b2cd70d d98e8a64 of its model_config.yaml).
+    full = (
+        ("H100 TP2 PP4 EP16, TE loss", "deepseekv3_proxy_flex_tp1pp4emp16etp1cp1_release", "h100",
+         {"dp": 8, "tp": 2, "pp": 4, "ep": 16, "layout": "Et*2|(tt|)*5t|tmL"}, 1, "deepep",
+         {"megatron_core": "2026-05-25", "transformer_engine": "2.15"},  # be2b2cd70d; its uv.lock's TE 2.15.0
+         46128394240, 33395759104, 37005148160),
+        ("GB200 TP2 PP2 EP8, TE loss", "deepseekv3_proxy_flex_tp2pp2emp16etp1cp1_gb_200_release", "gb200",
+         {"dp": 8, "tp": 2, "pp": 2, "ep": 8, "layout": "Et*7|t*7mL"}, 4, "hybridep",
+         {"megatron_core": "2026-04-16", "transformer_engine": "2.14"},  # f098fe8482; its uv.lock's TE 2.14.0
+         100344504320, 58533773312, 85005172736),
+    )  # fmt: skip
+    rows += [
+        MeasuredPeak(
+            f"Megatron DeepSeek-V3 proxy {label}",
+            f"{MEGATRON_TESTS}/mixtral/{case}/golden_values_dev_dgx_{gpu}.json",
+            _dsv3_proxy_run(gpu, par, mbs, release, dispatcher, "te"),
+            stage=par["pp"] - 1,
+            measured_gib=peak / GIB,
+            after_step_bytes=after_step,
+            first_iteration_bytes=first,
+            assumptions=(
+                "dp 8, as its _sm twin (the node count is not published)",
+                "routing balanced (the run's own imbalance is not published)",
+                "--cross-entropy-fusion-impl te, as its flags said when it was recorded",
+            ),
+        )
+        for label, case, gpu, par, mbs, dispatcher, release, peak, after_step, first in full
+    ]
+    return rows
 
 
 # torchtitan 9dec370 (the December 2024 file's runs) compiles the blocks, not the loss: train.py leaves

@@ -177,14 +177,22 @@ def test_the_deepseek_v3_proxy_rows_are_the_golden_files(bench):
         )
         for r in rows
     )
+    # and the full-length files (iteration 47680): the GB200 one of f098fe8482, the H100 one of be2b2cd70d, both with
+    # --cross-entropy-fusion-impl te then (168cb15d70 set native), the H100 one on DeepEP (--moe-enable-deepep)
     assert found == [
+        ("gb200", 100344504320, 58533773312, 85005172736, (2, 2, 8), 16),
         ("gb200", 121062998016, 58583740416, 106022002688, (2, 2, 8), 16),  # 512 / (4 · 8)
+        ("h100-80gb", 46128394240, 33395759104, 37005148160, (2, 4, 16), 64),
         ("h100-80gb", 51399831552, 33393860608, 42198188032, (2, 4, 16), 64),  # 512 / (1 · 8)
     ]
     for row in rows:
-        spec = bench.config(row).models[0].spec
+        run = bench.config(row)
+        spec = run.models[0].spec
         assert (spec.num_layers, spec.num_experts, spec.experts_per_token, spec.mtp_layers) == (14, 64, 8, 1)
-        assert bench.config(row).timing.moe_dispatcher == "hybridep"
+        te_loss = row.name.endswith("TE loss")
+        assert run.timing.cross_entropy_fusion_impl == ("te" if te_loss else "native")
+        deepep = te_loss and run.device.name == "h100-80gb"
+        assert run.timing.moe_dispatcher == ("deepep" if deepep else "hybridep")
 
 
 def test_hybridep_s_buffers_are_not_counted_by_the_allocator(bench):
