@@ -429,7 +429,30 @@ def _megatron_release_rows() -> list[MeasuredPeak]:
             ),
         )
         for gpu, file, tp, pp, dp, release, peak, after_step, first, dp_choice in cases
-    ]
+    ] + [_release_15b_te_loss_row()]
+
+
+def _release_15b_te_loss_row() -> MeasuredPeak:
+    """The GB200 15B file as 6657173fd7 (2026-03-12) recorded it, before 168cb15d70 turned TE's fused
+    cross-entropy off: its flags said --cross-entropy-fusion-impl te (and a batch ramp-up held at 384 for these
+    13000 iterations, `--rampup-batch-size "[384 384 97656250]"`); its uv.lock's TE 2.13.0. dp as the June file's."""
+    raw = _release_15b_run("gb200", 4, 2, 16, {"megatron_core": "2026-03-12", "transformer_engine": "2.13"})
+    raw["timing"]["cross_entropy_fusion_impl"] = "te"
+    return MeasuredPeak(
+        "Megatron 15B release TP4 PP2 (GB200, TE loss)",
+        "NVIDIA/Megatron-LM 6657173fd7 tests/functional_tests/test_cases/gpt/gpt3_15b_8t_release_sm_gb200/"
+        "golden_values_dev_dgx_gb200.json",
+        raw,
+        stage=1,
+        measured_gib=34434887680 / GIB,
+        after_step_bytes=14650828800,
+        first_iteration_bytes=33457934336,
+        assumptions=(
+            "dp 16, as the June file's (the node count is not published)",
+            "global batch 384 (the ramp-up's first)",
+            "--cross-entropy-fusion-impl te, as its flags said then",
+        ),
+    )
 
 
 def _mixtral_spec(hidden: int, layers: int, heads: int, ffn: int, vocab: int) -> dict[str, Any]:
