@@ -195,6 +195,22 @@ _ROWS_2509: tuple[tuple[Any, ...], ...] = (
 _30B, _235B = QWEN3_30B_A3B, QWEN3_235B_A22B
 _HYBRID_ROUTER = {**_flex("hybridep"), **_te_graphs(*_ROUTER)}
 _HYBRID_ATTN_ROUTER = {**_flex("hybridep"), **_te_graphs("attn", *_ROUTER)}
+# v0.5.0's MXFP8 presets with `cutedsl_fused_grouped_mlp` and full-iteration graphs: utils/overrides.py
+# `set_workload_base_configs` (the op fuser, a 32-wide GLU interleave, with moe_a2a_overlap the high-priority
+# all-to-all stream and HybridEP's preprocessing on 32 SMs), qwen3_llm_pretrain.py `set_full_iter_cg_configs` (rank
+# capacity 1.5, the paged stash at 1.2 on the device and 1.0 on the host), the preset's fp8_dot_product_attention;
+# perf_plugins.py sets NVTE_CUTEDSL_FUSED_GROUPED_MLP=1 (`ppb_core.timing.fused_experts`)
+_PAGED_STASH = {
+    **_flex("hybridep"),
+    "cuda_graph_impl": "full_iteration",
+    "use_transformer_engine_op_fuser": True,
+    "moe_mlp_glu_interleave_size": 32,
+    "moe_expert_rank_capacity_factor": 1.5,
+    "moe_paged_stash": True,
+    "moe_paged_stash_buffer_size_factor_cuda": 1.2,
+    "moe_paged_stash_buffer_size_factor_cpu": 1.0,
+    "fp8_dot_product_attention": True,
+}
 _QWEN3_ROWS: tuple[tuple[Any, ...], ...] = (
     # ---- 26.02 (v0.3.0)
     # 30B ..._GB200_FP8_MX_V1: MBS 4, hybridep, TE graphs of the router (its FP8_CS sibling's add attention)
@@ -243,6 +259,19 @@ _QWEN3_ROWS: tuple[tuple[Any, ...], ...] = (
     # v0.3.1's 235B H100: V1's sizes with BASE_QWEN3_235B_A22B_CONFIG's deepep
     ("26.02.01", "Qwen3 235B FP8 TP2 PP8 VP4 EP32 (256 H100)", _235B, 256, 8192, 1,
      {"tp": 2, "pp": 8, "vp": 4, "ep": 32}, "h100-80gb", 1611.0, True, _split_layout(32, 3), _flex("deepep")),
+    # ---- 26.06 (v0.5.0): 30B ..._GB300_FP8_MX_V1 and ..._B300_FP8_MX_V1 (MBS 8), ..._GB200_FP8_MX_V1 (MBS 4): EP 8,
+    # moe_a2a_overlap, full-iteration graphs over the paged stash, the fused grouped MLP, FP8 attention; 235B
+    # ..._GB300_FP8_MX_V2 (PP 4, VP 12, EP 32, MBS 2) and ..._GB200_FP8_MX_V2 (PP 8, VP 3, EP 32, MBS 1) likewise
+    ("26.06", "Qwen3 30B-A3B MXFP8 EP8 paged stash (8 GB300)", _30B, 8, 512, 8, {"ep": 8}, "gb300", 45275.0, True,
+     None, _PAGED_STASH),
+    ("26.06", "Qwen3 30B-A3B MXFP8 EP8 paged stash (8 GB200)", _30B, 8, 512, 4, {"ep": 8}, "gb200", 40706.0, True,
+     None, _PAGED_STASH),
+    ("26.06", "Qwen3 30B-A3B MXFP8 EP8 paged stash (8 B300)", _30B, 8, 512, 8, {"ep": 8}, "b300", 40769.0, True,
+     None, _PAGED_STASH),
+    ("26.06", "Qwen3 235B MXFP8 PP4 VP12 EP32 paged stash (256 GB300)", _235B, 256, 8192, 2,
+     {"pp": 4, "vp": 12, "ep": 32}, "gb300", 9015.0, True, _split_layout(48, 2), _PAGED_STASH),
+    ("26.06", "Qwen3 235B MXFP8 PP8 VP3 EP32 paged stash (256 GB200)", _235B, 256, 8192, 1,
+     {"pp": 8, "vp": 3, "ep": 32}, "gb200", 7376.0, True, _split_layout(24, 4), _PAGED_STASH),
 )  # fmt: skip
 
 # The DeepSeek-V3 rows (GBS 4096, sequence 4096, MXFP8): configs/deepseek/deepseek_workload_base_configs.py
@@ -307,9 +336,9 @@ SKIPPED: tuple[tuple[str, str], ...] = (
         "8,960), and its 9,058 tokens/s is 1.77 times 26.02's at those sizes: which ran is unknown",
     ),
     (
-        "26.06 / 26.06.01 MoE rows (Qwen3, DeepSeek-V3, GPT-OSS, Kimi K2)",
-        "not transcribed; v0.5.0's presets add settings ppb does not price (e.g. Qwen3 30B GB200: "
-        "cutedsl_fused_grouped_mlp, full-iteration graphs over the paged expert stash at rank capacity 1.5)",
+        "26.06 / 26.06.01 MoE rows but 26.06's Qwen3 MXFP8 ones (Qwen3 H100, DeepSeek-V3, GPT-OSS, Kimi K2)",
+        "not transcribed; their v0.5.0 presets' fused grouped MLP and paged stash are priced "
+        "(timing.use_transformer_engine_op_fuser, moe_paged_stash), as 26.06's Qwen3 MXFP8 rows",
     ),
     (
         "26.02.01 Qwen3 235B MXFP8 PP8 VP4 EP8 (256 B300)",
