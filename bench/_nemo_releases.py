@@ -298,6 +298,16 @@ _DEEPSEEK_ROWS: tuple[tuple[Any, ...], ...] = (
     ("26.02.01", "DeepSeekV3 MXFP8 PP16 EP8 (256 B300)", 1, {"pp": 16, "ep": 8}, "b300", 3099.0, _flex("hybridep")),
     ("26.02.01", "DeepSeekV3 MXFP8 PP16 EP8 (256 B200)", 1, {"pp": 16, "ep": 8}, "b200", 2790.0, _flex("hybridep")),
 )  # fmt: skip
+# 26.06 (v0.5.0) DEEPSEEK_V3_PRETRAIN_CONFIG_GB300_FP8_MX_V2 (MBS 1, PP 2, VP 8, EP 32, nothing recomputed, FP8
+# attention) and ..._GB200_FP8_MX_V2 (MBS 1, PP 4, VP 4, EP 64, mla_up_proj recomputed): moe_a2a_overlap,
+# cutedsl_fused_grouped_mlp, full-iteration graphs; deepseek_llm_pretrain.py `set_full_iter_cg_configs` (the paged
+# stash at rank capacity 1.5) and `fp8_output_proj` under MXFP8 (the LM head as an MXFP8 TE linear: not priced).
+# (label, parallel, device, tokens/s per GPU, recompute modules, FP8 attention); GBS 4096
+_DEEPSEEK_2606_ROWS: tuple[tuple[Any, ...], ...] = (
+    ("DeepSeekV3 MXFP8 PP2 VP8 EP32 paged stash (256 GB300)", {"pp": 2, "ep": 32}, "gb300", 6338.0, [], True),
+    ("DeepSeekV3 MXFP8 PP4 VP4 EP64 paged stash (256 GB200)", {"pp": 4, "ep": 64}, "gb200", 4969.0, ["mla_up_proj"],
+     False),
+)  # fmt: skip
 
 # The GPT-OSS 120B rows (BF16, GBS 1280, sequence 4096): configs/gpt_oss/gpt_oss_workload_base_configs.py
 # `GPT_OSS_120B_PRETRAIN_CONFIG_<GPU>_BF16_V2` at v0.3.0 (v0.3.1 changes none of them): V1's settings at GBS 1280, none
@@ -336,7 +346,8 @@ SKIPPED: tuple[tuple[str, str], ...] = (
         "8,960), and its 9,058 tokens/s is 1.77 times 26.02's at those sizes: which ran is unknown",
     ),
     (
-        "26.06 / 26.06.01 MoE rows but 26.06's Qwen3 MXFP8 ones (Qwen3 H100, DeepSeek-V3, GPT-OSS, Kimi K2)",
+        "26.06 / 26.06.01 MoE rows but 26.06's Qwen3 and DeepSeek-V3 GB300 / GB200 MXFP8 ones (Qwen3 H100, "
+        "DeepSeek-V3 B300 and GBS 15360, GPT-OSS, Kimi K2)",
         "not transcribed; their v0.5.0 presets' fused grouped MLP and paged stash are priced "
         "(timing.use_transformer_engine_op_fuser, moe_paged_stash), as 26.06's Qwen3 MXFP8 rows",
     ),
@@ -406,6 +417,16 @@ def nemo_release_rows() -> list[dict[str, Any]]:
         row = _release_row(release, label, raw, 256, 4096, tps, ())
         bridge = f"the {release} container's recipes as Megatron-Bridge {_RELEASES[release][2]}"
         rows.append({**row, "assumptions": (bridge, *_DEEPSEEK_ASSUMPTIONS, _BF16_MOMENTS)})
+    for label, parallel, device, tps, modules, fp8_attention in _DEEPSEEK_2606_ROWS:
+        raw = _deepseek_v3_run(label, 256, 4096, 1, parallel, _DS_LAYOUT, device, modules, a2a_overlap=True)
+        if not modules:
+            del raw["training"]["recompute"]
+        raw["timing"].update(_PAGED_STASH, fp8_dot_product_attention=fp8_attention)
+        row = _release_row("26.06", label, raw, 256, 4096, tps, ())
+        bridge = f"the 26.06 container's recipes as Megatron-Bridge {_RELEASES['26.06'][2]}"
+        unpriced = ("the LM head's MXFP8 GEMM (fp8_output_proj) priced in 16 bits",)
+        said = [note for note in _DEEPSEEK_ASSUMPTIONS if not (fp8_attention and note.startswith("attention in BF16"))]
+        rows.append({**row, "assumptions": (bridge, *said, _BF16_MOMENTS, *unpriced)})
     for release, label, device, pp, ep, mbs, tps, recompute, timing in _GPT_OSS_ROWS:
         raw = _gpt_oss_run(label, "26.04", device, 64, 1280, mbs, pp, ep, recompute=recompute)
         raw["timing"].update(timing)

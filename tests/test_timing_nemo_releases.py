@@ -19,9 +19,9 @@ def rows(public):
 def test_archive_rows_convert_their_tables_figures(rows):
     # 26.02: 10 dense rows, 5 Qwen3 30B-A3B, 5 235B, 4 DeepSeek-V3, 5 GPT-OSS; 26.02.01: 8 dense (its GB300 70B MXFP8
     # row not priced), 4 30B (its H100 row not priced), 3 235B (its B300 row not priced), 4 DeepSeek-V3, 3 GPT-OSS
-    # (its B300 and B200 rows not priced); 26.06: 5 dense, 3 Qwen3 30B-A3B and 2 235B (MXFP8, paged stash); 25.09: 13
-    # dense
-    assert len(rows) == 74
+    # (its B300 and B200 rows not priced); 26.06: 5 dense, 3 Qwen3 30B-A3B, 2 235B and 2 DeepSeek-V3 (MXFP8, paged
+    # stash); 25.09: 13 dense
+    assert len(rows) == 76
     # 26.02 Llama 3 70B on 64 H100 at 1,621 tokens/s each: 256 · 8192 / (1621 · 64) = 2,097,152 / 103,744 = 20.2147
     assert rows["NeMo 26.02 Llama 3 70B FP8 TP4 PP8 GBS256 (64 H100)"].seconds == pytest.approx(20.2147, rel=1e-5)
     # 26.06 Llama 3.1 405B on 1024 H100 at 326: 1536 · 8192 / (326 · 1024) = 12,582,912 / 333,824 = 37.6932 s
@@ -111,6 +111,14 @@ def test_archive_26_06_qwen3_mxfp8_rows_take_v0_5_0s_paged_stash_presets(public,
     big = public.config(rows["NeMo 26.06 Qwen3 235B MXFP8 PP4 VP12 EP32 paged stash (256 GB300)"])
     assert (big.parallel.dp, big.parallel.vpp, big.training.micro_batches) == (64, 12, 64)
     assert sum(map(sum, big.layout_cells())) == 94 and big.timing.moe_paged_stash
+    # DeepSeek-V3 on 256 GB300 (DEEPSEEK_V3_PRETRAIN_CONFIG_GB300_FP8_MX_V2): PP 2, VP 8, EP 32, MBS 1, DP 128, 4096 /
+    # 128 = 32 micro-batches, nothing recomputed, FP8 attention; 4096 · 4096 / (6338 · 256) = 10.3404 s
+    ds_row = rows["NeMo 26.06 DeepSeekV3 MXFP8 PP2 VP8 EP32 paged stash (256 GB300)"]
+    assert ds_row.seconds == pytest.approx(10.3404, rel=1e-4)
+    ds = public.config(ds_row)
+    assert (ds.parallel.dp, ds.training.micro_batches) == (128, 32) and not ds.recompute.modules
+    assert ds.timing.fp8_dot_product_attention and ds.timing.moe_paged_stash
+    assert ds.parallel.overlap_moe_expert_parallel_comm
 
 
 def test_archive_25_09_rows_take_v0_1_0rc3s_perf_matrix(public, rows):
@@ -142,8 +150,8 @@ def test_archive_fsdp_rows_offload_as_their_presets(public, rows):
 def test_archive_rows_are_a_group_of_their_own(public, rows):
     results = [(row, row.seconds) for row in rows.values()]
     found = public.groups(results)
-    assert len(found["NeMo archive 25.09 / 26.02 / 26.02.01 / 26.06"]) == 74
-    assert sum(map(len, found.values())) == 74  # no other group takes one
+    assert len(found["NeMo archive 25.09 / 26.02 / 26.02.01 / 26.06"]) == 76
+    assert sum(map(len, found.values())) == 76  # no other group takes one
 
 
 def test_archive_rows_fit_their_devices(public, rows):
