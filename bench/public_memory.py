@@ -19,12 +19,15 @@ Sources:
   padded to a multiple of 128·tp, fp32 main gradients (bf16 sets `--main-grads-dtype fp32`).
 - torchtitan benchmarks/llama3_h100_202412_torchtitan.md (pytorch/torchtitan, runs at 9dec370):
   "Memory(GiB)" is train.py's `max_reserved_gib`, torch.cuda `reserved_bytes.all.peak`: the
-  caching allocator's reserved peak, which is at least the allocated peak. Shown as a bound,
-  not scored; its torch.compile rows compile the blocks (9dec370 leaves the loss eager). Likewise
-  Trainy's H200 file in the same folder (torchtitan e7c0cae: the blocks and the loss compiled).
+  caching allocator's reserved peak, which is at least the allocated peak. Beside the allocated
+  peak (a bound, not in the allocated rows' error) each is scored against ppb's reserved estimate
+  (`ppb_core.memory.reserved`); its torch.compile rows compile the blocks (9dec370 leaves the loss
+  eager). Likewise Trainy's H200 file in the same folder (torchtitan e7c0cae: the blocks and the
+  loss compiled).
 
 Prints each row's measured and predicted GiB and the error, then the largest absolute error of
-the allocated rows; then, for the Megatron rows, the memory after the optimizer step
+the allocated rows; then the reserved rows against ppb's reserved estimate, pool by pool, with their
+mean absolute error; then, for the Megatron rows, the memory after the optimizer step
 (`mem-allocated-bytes` of the same golden values) against ppb's optimizer moment, and the first
 iteration's peak (before the first step allocates Adam's moments) against ppb's peak without them;
 then each MoE row's peak at balanced routing and at the most one expert-parallel rank can receive
@@ -45,6 +48,7 @@ sys.path.insert(0, str(ROOT))
 from ppb_core.config.run import RunConfig  # noqa: E402
 from ppb_core.memory.allocated import allocated_peak_bytes  # noqa: E402
 from ppb_core.memory.model import MemoryModel, run_stage_peaks  # noqa: E402
+from ppb_core.memory.reserved import ReservedPools, reserved_pools  # noqa: E402
 from ppb_core.model.walk import walk  # noqa: E402
 
 sys.path.insert(0, str(ROOT / "bench"))
@@ -246,11 +250,14 @@ def _megatron_moe_rows() -> list[MeasuredPeak]:
             assumptions=(
                 "dp 2 (one node of 8 GPUs)",
                 "routing balanced (dropless_imbalance 1.0; the run's own imbalance is not published)",
-                "the recipe lists the case under mr-broken",
+                "one of three recordings of 2026-01-14 with the same flags (54.84, 55.54, 55.98 GiB: 69ba8096f0, "
+                "c292652b5d, 11debfa7b4), alike to iteration 3 (53.94), after which the case went to mr-broken "
+                "(ef159836f5)",
             ),
         ),
-        # The same case's golden values on DGX Cloud H100 (recorded with the code of Oct 2025, unchanged
-        # since a3a1f06787): the same first iteration and plateau, but no step up after iteration 29.
+        # The same case's golden values on DGX Cloud H100: byte for byte the DGX H100 recording of f5590597c4
+        # (2025-10-31: 55056003072, 57920647168, 57961472000, steps at iterations 2, 3 and 34), so the code of
+        # Oct 2025 rather than the cluster; its rise after iteration 3 is 0.04 GiB where 11debfa7b4's is 2.04.
         MeasuredPeak(
             "Megatron MoE-MLA 16L TP2 PP2 EP4 (H100, DGX Cloud)",
             f"{MEGATRON_TESTS}/moe/{case}/golden_values_dev_dgxh100_dgxc.json",
@@ -262,7 +269,7 @@ def _megatron_moe_rows() -> list[MeasuredPeak]:
             assumptions=(
                 "dp 2 (one node of 8 GPUs)",
                 "routing balanced (dropless_imbalance 1.0; the run's own imbalance is not published)",
-                "the same case and settings as the row above, another cluster's run",
+                "the same case and settings as the row above, the figures of its 2025-10-31 recording",
             ),
         ),
     ]
@@ -289,6 +296,260 @@ def _megatron_moe_layout_rows() -> list[MeasuredPeak]:
             ),
         )
     ]
+
+
+# gpt/gpt3_15b_8t_release_sm{,_gb200}/model_config.yaml (Megatron's release tests: a Nemotron-4-like 15B): 32
+# layers, h 6144, 48 heads in 8 query groups, squared-ReLU MLP of 4h, LayerNorm-1P, RoPE on half the head
+# (--rotary-percent 0.5), no biases, no dropout, untied embeddings, the nemotron_2_256k tokenizer (256000 entries,
+# divisible by 128·tp), sequence 4096, micro-batch 4, distributed optimizer with both overlaps, SP.
+NEMOTRON_15B: dict[str, Any] = {
+    "vocab_size": 256000,
+    "hidden_size": 6144,
+    "num_layers": 32,
+    "num_attention_heads": 48,
+    "num_key_value_heads": 8,
+    # --squared-relu: megatron/core/activations.py `squared_relu`, pow(relu(x), 2) under jit_fuser, keeps two
+    # 4h tensors as ReLU's pricing does (compiled: fc1's output for the backward and the square for fc2; eager:
+    # relu's output, which relu and pow both save, and the square)
+    "intermediate_size": 4 * 6144,
+    "activation": "relu",
+    "norm": "layernorm",
+    "norm_bias": True,
+    "tied_embeddings": False,
+    "position_embedding": "rope",
+    "max_position_embeddings": 4096,
+    "attention_bias": False,
+    "attention_output_bias": False,
+    "mlp_bias": False,
+    "attention_dropout": 0.0,
+    "hidden_dropout": 0.0,
+}
+
+
+def _release_15b_run(gpu: str, tp: int, pp: int, dp: int, release: dict[str, str]) -> dict[str, Any]:
+    """The release case on *gpu*: H100 and A100 (gpt3_15b_8t_release_sm) TP8 with --no-rope-fusion; GB200
+    (gpt3_15b_8t_release_sm_gb200) TP4 PP2 with 4 chunks of 8 layers, --tp-comm-overlap,
+    --cross-entropy-loss-fusion (native) and the rope fusion on. The global batch is the
+    --step-batch-size-schedule's first, 384: the _sm runs stop at 13000 iterations, 20B tokens, before its
+    200B step."""
+    gb200 = gpu == "gb200"
+    return {
+        "name": f"megatron-gpt3-15b-8t-release-sm-{gpu}",
+        "framework": "megatron",
+        "framework_release": release,
+        "models": [{"name": "gpt", "spec": NEMOTRON_15B, "pad_vocab_multiple": 128}],
+        "parallel": {
+            "dp": dp,
+            "tp": tp,
+            "pp": pp,
+            "sequence_parallel": True,
+            "zero": 1,
+            **({"vpp": 2, "schedule": "interleaved"} if pp > 1 else {}),
+        },
+        "training": {
+            "seq_length": 4096,
+            "micro_batch_size": 4,
+            "micro_batches": 384 // (4 * dp),
+            "dtype": "bf16",
+            "flash_attention": True,
+            "optimizer": "adam",
+            **({} if gb200 else {"rope_fusion": False}),
+        },
+        "device": {"name": GPU_DEVICES[gpu], "reserved_mb": 0},
+        "timing": {
+            "transformer_impl": "transformer_engine",
+            "gradient_accumulation_fusion": True,
+            "deterministic": False,
+            "cross_entropy_fusion": gb200,
+            "log_params_norm": True,  # --log-params-norm, --log-num-zeros-in-grad
+            "log_num_zeros_in_grad": True,
+            "rope_fusion": gb200,
+            "overlap": {"dp": 1.0, "param_gather": 1.0, "tp": 1.0 if gb200 else 0.0},
+        },
+    }
+
+
+GPU_DEVICES = {"h100": "h100-80gb", "a100": "a100-80gb", "gb200": "gb200"}
+
+
+def _megatron_release_rows() -> list[MeasuredPeak]:
+    """Megatron's release runs of the 15B (`_release_15b_run`), each golden file's last logged peak (iteration
+    12715 or 13000), after-step memory and first iteration. The node count of a release run is not in the
+    repository (its recipes live in a private submodule, tests/functional_tests/local_recipes at 3230340fcc):
+    each row takes the data-parallel size whose after-step memory, the optimizer's shards over dp, matches the
+    file's own, and says so; the peak, iteration 1 and the seconds are not used to choose it."""
+    # (gpu, golden file, tp, pp, dp, release, last mem-max-allocated-bytes, mem-allocated-bytes, iteration 1's
+    # mem-max-allocated-bytes, the dp choice)
+    cases = (
+        ("h100", "gpt3_15b_8t_release_sm/golden_values_dev_dgx_h100.json", 8, 1, 32,
+         # 6657173fd7 (2026-03-12) measured it; its CI image's uv.lock pins transformer-engine 2.13.0
+         {"megatron_core": "2026-03-12", "transformer_engine": "2.13"},
+         28160194560, 13269043200, 27658764288,
+         "dp 32 (256 GPUs, not published): ppb's after-step memory is -0.1% at dp 32, +5.4% at 16"),
+        ("a100", "gpt3_15b_8t_release_sm/golden_values_lts_dgx_a100.json", 8, 1, 32,
+         # cb12e3dea4 (2025-04-04) measured it in the LTS image, built on NGC PyTorch 24.01 (.gitlab/stages/
+         # 01.build.yml): PyTorch 2.2.0a0 and Transformer Engine 1.2 (any TE before 2025-03 prices the same)
+         {"megatron_core": "2025-04-04", "transformer_engine": "1.2", "pytorch": "2.2"},
+         28391712768, 12698492928, 27893811200,
+         "dp 32 (256 GPUs, not published): ppb's after-step memory is -0.1% at dp 32, +5.7% at 16"),
+        ("gb200", "gpt3_15b_8t_release_sm_gb200/golden_values_dev_dgx_gb200.json", 4, 2, 16,
+         # a50252b6ad (2026-06-18) measured it; its uv.lock pins transformer-engine 2.16.0
+         {"megatron_core": "2026-06-18", "transformer_engine": "2.16"},
+         42639351808, 14700898304, 41662402560,
+         "dp 16 (128 GPUs, not published): ppb's after-step memory is +0.0% at dp 16, +10.0% at 8; at dp 32 the "
+         "3 micro-batches leave a group of 1 for pp 2, which Megatron refuses"),
+    )  # fmt: skip
+    return [
+        MeasuredPeak(
+            f"Megatron 15B release TP{tp} PP{pp} ({gpu.upper()}{', LTS image' if 'lts' in file else ''})",
+            f"{MEGATRON_TESTS}/gpt/{file}",
+            _release_15b_run(gpu, tp, pp, dp, release),
+            stage=pp - 1,
+            measured_gib=peak / GIB,
+            after_step_bytes=after_step,
+            first_iteration_bytes=first,
+            assumptions=(
+                dp_choice,
+                "global batch 384 (the step-batch schedule's first)",
+                "--rotary-percent 0.5 priced as full RoPE",
+            ),
+        )
+        for gpu, file, tp, pp, dp, release, peak, after_step, first, dp_choice in cases
+    ]
+
+
+def _mixtral_spec(hidden: int, layers: int, heads: int, ffn: int, vocab: int) -> dict[str, Any]:
+    """Megatron's release Mixtral (mixtral/*_release/model_config.yaml): SwiGLU experts of *ffn*, 8 of them,
+    top 2, RMSNorm, RoPE, 8 query groups, no biases, no dropout, untied embeddings."""
+    return {
+        "vocab_size": vocab,
+        "hidden_size": hidden,
+        "num_layers": layers,
+        "num_attention_heads": heads,
+        "num_key_value_heads": 8,
+        "intermediate_size": ffn,
+        "activation": "swiglu",
+        "norm": "rmsnorm",
+        "norm_bias": False,
+        "tied_embeddings": False,
+        "position_embedding": "rope",
+        "max_position_embeddings": 4096,
+        "attention_bias": False,
+        "attention_output_bias": False,
+        "mlp_bias": False,
+        "attention_dropout": 0.0,
+        "hidden_dropout": 0.0,
+        "num_experts": 8,
+        "experts_per_token": 2,
+        "moe_intermediate_size": ffn,
+    }
+
+
+def _mixtral_release_run(
+    name: str, spec: dict[str, Any], gpu: str, par: dict[str, int], global_batch: int, release: dict[str, str]
+) -> dict[str, Any]:
+    """A release Mixtral case: micro-batch 1 of 4096, distributed optimizer with both overlaps, SP, the alltoall
+    dispatcher with grouped GEMMs and the aux-loss router, --no-rope-fusion (its default in these cases)."""
+    dp = par["dp"]
+    return {
+        "name": name,
+        "framework": "megatron",
+        "framework_release": release,
+        "models": [{"name": "gpt", "spec": spec, "pad_vocab_multiple": 128}],
+        "parallel": {
+            **par,
+            "sequence_parallel": True,
+            "zero": 1,
+            **({"schedule": "interleaved"} if par.get("vpp", 1) > 1 else {}),
+        },
+        "training": {
+            "seq_length": 4096,
+            "micro_batch_size": 1,
+            "micro_batches": global_batch // dp,
+            "dtype": "bf16",
+            "flash_attention": True,
+            "optimizer": "adam",
+            "rope_fusion": False,
+            "moe": {"router": {"aux_losses": ["aux_loss"]}, "grouped_gemm": True},
+        },
+        "device": {"name": GPU_DEVICES[gpu], "reserved_mb": 0},
+        "timing": {
+            "transformer_impl": "transformer_engine",
+            "gradient_accumulation_fusion": True,
+            "deterministic": False,
+            "log_params_norm": True,
+            "log_num_zeros_in_grad": True,
+            "rope_fusion": False,
+            "overlap": {"dp": 1.0, "param_gather": 1.0, "tp": 0.0},
+            "moe_dispatcher": "alltoall",
+        },
+    }
+
+
+# the LTS image of April 2025 (4b63750ae8 .gitlab/stages/01.build.yml: NGC PyTorch 24.01, PyTorch 2.2.0a0, TE 1.2)
+LTS_APRIL_2025 = {"megatron_core": "2025-04-28", "transformer_engine": "1.2", "pytorch": "2.2"}
+
+
+def _mixtral_release_rows() -> list[MeasuredPeak]:
+    """Megatron's Mixtral release runs (mixtral/<case>/golden_values_dev_dgx_h100.json and _lts_dgx_a100.json), the
+    last logged peak: of the last SLURM window where a run spans several (each resumed window restarts the
+    counter). As for the 15B rows the node count is not public and each row takes the data-parallel size whose
+    after-step memory matches the file's. MoE: the peak is the busiest micro-batch's routing of the window, ppb's
+    at balanced routing (the aux-loss router, dropless)."""
+    mixtral_8x7b_256k = _mixtral_spec(4096, 32, 32, 14336, 256000)  # nemotron_2_256k tokenizer
+    mixtral_8x7b = _mixtral_spec(4096, 32, 32, 14336, 32000)  # Llama2Tokenizer: Mixtral's own 32000 entries
+    mixtral_8x22b = _mixtral_spec(6144, 56, 48, 16384, 32000)
+    alltoall = "mixtral_8x7b_alltoall_tp2pp4ep4_release"
+    ep8 = "mixtral_8x7b_tp1pp4ep8vpp8_release"  # its flags set --tensor-model-parallel-size 2 after the name's tp1
+    big = "mixtral_8x22b_tp2pp8ep8vpp1_release"
+    # (label, case, gpu, spec, parallel, global batch, release, last peak, mem-allocated-bytes, iteration 1's peak,
+    # after-step error at the chosen dp and at the next one; every release a file's measuring commit's, the dev
+    # files' as bench/megatron_ci.py reads them: Dockerfile.ci.dev TE_COMMIT or uv.lock, NGC PyTorch)
+    cases = (
+        ("8x7B alltoall TP2 PP4 EP4", alltoall, "h100", mixtral_8x7b_256k,
+         {"dp": 16, "tp": 2, "pp": 4, "ep": 4, "etp": 2}, 1024,
+         {"megatron_core": "2025-06-27", "transformer_engine": "2025-03-18", "pytorch": "2.7"},
+         25603858432, 17703634944, 23340781568, "dp 16 (128 GPUs): after-step -0.2%, dp 8 +26.6%"),
+        ("8x7B alltoall TP2 PP4 EP4", alltoall, "a100", mixtral_8x7b_256k,
+         {"dp": 16, "tp": 2, "pp": 4, "ep": 4, "etp": 2}, 1024, LTS_APRIL_2025,
+         25339500544, 17448753152, 23085549568, "dp 16 (128 GPUs): after-step +0.1%, dp 8 +27.3%"),
+        ("8x7B TP2 PP4 VPP8 EP8", ep8, "h100", mixtral_8x7b,
+         {"dp": 8, "tp": 2, "pp": 4, "vpp": 8, "ep": 8, "etp": 1}, 256,
+         {"megatron_core": "2026-04-16", "transformer_engine": "2.14"},
+         35505844224, 19743387648, 29394774016, "dp 8 (64 GPUs): after-step -0.0%, dp 16 -22.3%"),
+        ("8x7B TP2 PP4 VPP8 EP8", ep8, "a100", mixtral_8x7b,
+         {"dp": 8, "tp": 2, "pp": 4, "vpp": 8, "ep": 8, "etp": 1}, 256, LTS_APRIL_2025,
+         35900022784, 19085930496, 30055743488, "dp 8 (64 GPUs): after-step -0.3%, dp 16 -23.4%"),
+        ("8x22B TP2 PP8 EP8", big, "h100", mixtral_8x22b,
+         {"dp": 8, "tp": 2, "pp": 8, "ep": 8, "etp": 2}, 256,
+         {"megatron_core": "2026-04-16", "transformer_engine": "2.14"},
+         28533706752, 23002929152, 23002945536, "dp 8 (128 GPUs): after-step -0.0%, dp 16 -28.9%"),
+        ("8x22B TP2 PP8 EP8", big, "a100", mixtral_8x22b,
+         {"dp": 8, "tp": 2, "pp": 8, "ep": 8, "etp": 2}, 256, LTS_APRIL_2025,
+         28168466432, 22284785664, 26512646144, "dp 8 (128 GPUs): after-step -0.3%, dp 16 -30.1%"),
+    )  # fmt: skip
+    rows = []
+    for label, case, gpu, spec, par, batch, release, peak, after_step, first, dp_choice in cases:
+        lts = gpu == "a100"
+        file = f"golden_values_{'lts' if lts else 'dev'}_dgx_{gpu}.json"
+        rows.append(
+            MeasuredPeak(
+                f"Megatron Mixtral {label} ({gpu.upper()}{', LTS image' if lts else ''})",
+                f"{MEGATRON_TESTS}/mixtral/{case}/{file}",
+                _mixtral_release_run(f"megatron-{case}-{gpu}", spec, gpu, par, batch, release),
+                stage=par["pp"] - 1,
+                measured_gib=peak / GIB,
+                after_step_bytes=after_step,
+                first_iteration_bytes=first,
+                assumptions=(
+                    f"{dp_choice} (the node count is not published)",
+                    "routing balanced (the run's own imbalance is not published)",
+                    *(("the Llama 2 tokenizer's 32000 entries",) if spec["vocab_size"] == 32000 else ()),
+                    *(("--rotary-percent 0.5 priced as full RoPE",) if case == alltoall else ()),
+                ),
+            )
+        )
+    return rows
 
 
 # torchtitan 9dec370 (the December 2024 file's runs) compiles the blocks, not the loss: train.py leaves
@@ -468,6 +729,8 @@ def measured_peaks() -> list[MeasuredPeak]:
         *_megatron_loss_fusion_rows(),
         *_megatron_moe_rows(),
         *_megatron_moe_layout_rows(),
+        *_megatron_release_rows(),
+        *_mixtral_release_rows(),
         *_torchtitan_rows(),
         *_torchtitan_scale_rows(),
         *_torchtitan_h200_rows(),
@@ -493,32 +756,16 @@ def predicted_gib(row: MeasuredPeak) -> tuple[float, str]:
     return peak.peak_bytes / GIB, peak.moment
 
 
-def stream_pools_gib(row: MeasuredPeak) -> float | None:
-    """For a reserved FSDP2 row, what FSDP2 allocates on its own CUDA streams beyond what ppb's allocated peak
-    counts, in GiB (None for other rows). The caching allocator reuses a freed block only for the stream that
-    allocated it, so these pools stay reserved beside the compute stream's: the sharded gradients
-    (torch 2.13 _fsdp_collectives.py `foreach_reduce` allocates the reduce-scatter output under the
-    reduce-scatter stream; freed by the next zero_grad, their blocks stay that stream's), where the peak's
-    moment runs without them, and one all-gather output of the largest unit (`foreach_all_gather` allocates it
-    under the copy-in stream; FSDP2 frees a unit's once copied out, before it prefetches the next). Were ppb's
-    allocated peak exact and the pools apart, the reserved peak would be at least their sum; the B200 rows of
-    torchao's README fall under it (3-4%): either the pools share blocks there or ppb over-counts that run."""
+def reserved_gib(row: MeasuredPeak) -> ReservedPools | None:
+    """For a reserved torchtitan FSDP2 row, ppb's reserved estimate of the stage the measurement is read from:
+    its caching-allocator pools stream by stream (`ppb_core.memory.reserved`), None for other rows."""
     run = config(row)
-    if row.allocated or run.framework != "torchtitan" or not run.parallel.fsdp:
+    if row.allocated:
         return None
     memory, layer_walk = MemoryModel(run), walk(run)
     peaks = run_stage_peaks(run, memory, layer_walk)
     peak = max(peaks, key=lambda p: p.peak_bytes) if row.stage is None else peaks[row.stage]
-    held = [layer for layer in layer_walk if layer.stage == peak.stage]
-    statics = [memory.static_breakdown(layer) for layer in held]
-    gradients = sum(s.gradient_bytes for s in statics if s.gradients_from_backward)
-    if peak.moment in ("optimizer", "reduction"):
-        gradients = 0.0
-    gathered = [memory.parameters(layer).gathered_bytes(memory.setup.dtype_bytes) for layer in held]
-    if run.timing.fsdp_units == "root" and run.parallel.pp == 1:  # the embedding, final norm and output: one unit
-        ends = [g for layer, g in zip(held, gathered, strict=True) if layer.node in ("HEAD", "TAIL")]
-        gathered = [g for layer, g in zip(held, gathered, strict=True) if layer.node == "BODY"] + [sum(ends)]
-    return (gradients + max(gathered)) / GIB
+    return reserved_pools(memory, layer_walk, peak)
 
 
 def predicted_after_step_gib(row: MeasuredPeak) -> float:
@@ -591,17 +838,29 @@ def main() -> int:
         print(f"    {row.source}; {', '.join(row.assumptions)}")
     print(f"largest absolute error over {len(errors)} allocated peaks: {max(errors):.1%}")
     print()
-    print("reserved rows: ppb's allocated peak + FSDP2's stream pools (the sharded gradients on the reduce-scatter")
-    print("stream where the peak runs without them, one all-gather output of the largest unit on the copy-in")
-    print("stream: `stream_pools_gib`); what is left would be the pools' fragmentation (not scored):")
+    print("reserved rows against ppb's reserved estimate: the caching allocator's pools stream by stream")
+    print("(ppb_core.memory.reserved: the compute stream's high-water mark with the eager loss's free hole, the")
+    print("all-gather copy-in stream's two outputs, the reduce-scatter stream's sharded gradients):")
+    print(f"{'run':44s} {'measured':>9s} {'ppb':>7s} {'error':>7s}  (allocated + hole + copy-in + gradients GiB)")
+    reserved_errors = []
     for row in measured_peaks():
-        pools = stream_pools_gib(row)
+        pools = reserved_gib(row)
         if pools is None:
             continue
-        floor = predicted_gib(row)[0] + pools
-        print(
-            f"{row.name:44s} {row.measured_gib:9.2f} {floor:7.2f} {floor / row.measured_gib - 1:+7.1%}  (+{pools:.2f})"
-        )
+        estimate = pools.total_bytes / GIB
+        error = estimate / row.measured_gib - 1
+        reserved_errors.append(error)
+        parts = (pools.compute_bytes - pools.loss_hole_bytes, pools.loss_hole_bytes, pools.copy_in_bytes,
+                 pools.reduce_scatter_bytes)  # fmt: skip
+        shown = " + ".join(f"{part / GIB:.2f}" for part in parts)
+        print(f"{row.name:44s} {row.measured_gib:9.2f} {estimate:7.2f} {error:+7.1%}  ({shown})")
+    mean = sum(abs(e) for e in reserved_errors) / len(reserved_errors)
+    signed = sum(reserved_errors) / len(reserved_errors)
+    largest = max(reserved_errors, key=abs)
+    print(
+        f"{len(reserved_errors)} reserved rows: mean absolute error {mean:.1%} (signed {signed:+.1%}), "
+        f"largest {largest:+.1%}"
+    )
     print()
     print("after the step (mem-allocated-bytes, torch.cuda.memory_allocated() after the optimizer step) against")
     print("ppb's optimizer moment of the same stage:")
