@@ -337,6 +337,14 @@ _GPT_OSS_ROWS: tuple[tuple[Any, ...], ...] = (
     ("26.02.01", "GPT-OSS 120B BF16 EP64 GBS1280 (64 GB200)", "gb200", 1, 64, 4, 15754.0, True, {}),
     ("26.02.01", "GPT-OSS 120B BF16 PP4 EP8 GBS1280 (64 H100)", "h100-80gb", 4, 8, 1, 5984.0, True, {}),
 )  # fmt: skip
+# 26.06 (v0.5.0) GPT_OSS_120B_PRETRAIN_CONFIG_GB300_FP8_MX_V2 (EP 16) and ..._GB200_FP8_MX_V2 (EP 64, no
+# recompute): MBS 4, GBS 1280, HybridEP, moe_a2a_overlap, cutedsl_fused_grouped_mlp, full-iteration graphs, FP8
+# attention; gpt_oss_llm_pretrain.py `set_full_iter_cg_configs` (the paged stash at rank capacity 1.5, 1.2 / 1.0) and
+# `fp8_output_proj` under MXFP8 (not priced). (label, device, EP, tokens/s per GPU)
+_GPT_OSS_2606_ROWS: tuple[tuple[Any, ...], ...] = (
+    ("GPT-OSS 120B MXFP8 EP16 paged stash (64 GB300)", "gb300", 16, 33166.0),
+    ("GPT-OSS 120B MXFP8 EP64 paged stash (64 GB200)", "gb200", 64, 28947.0),
+)
 _GPT_OSS_NOTES = (
     "routing balanced (forced)",
     "the attention sinks' softmax offset priced as plain flash attention",
@@ -353,8 +361,8 @@ SKIPPED: tuple[tuple[str, str], ...] = (
         "8,960), and its 9,058 tokens/s is 1.77 times 26.02's at those sizes: which ran is unknown",
     ),
     (
-        "26.06 / 26.06.01 MoE rows but 26.06's Qwen3 and DeepSeek-V3 GB300 / GB200 MXFP8 ones (Qwen3 H100, "
-        "DeepSeek-V3 B300 and GBS 15360, GPT-OSS, Kimi K2)",
+        "26.06 / 26.06.01 MoE rows but 26.06's Qwen3, DeepSeek-V3 and GPT-OSS GB300 / GB200 MXFP8 ones (Qwen3 H100, "
+        "DeepSeek-V3 B300 and GBS 15360, GPT-OSS B300, Kimi K2, 26.06.01's)",
         "not transcribed; their v0.5.0 presets' fused grouped MLP and paged stash are priced "
         "(timing.use_transformer_engine_op_fuser, moe_paged_stash), as 26.06's Qwen3 MXFP8 rows",
     ),
@@ -440,4 +448,12 @@ def nemo_release_rows() -> list[dict[str, Any]]:
         row = _release_row(release, label, raw, 64, 1280, tps, ())
         bridge = f"the {release} container's recipes as Megatron-Bridge {_RELEASES[release][2]}"
         rows.append({**row, "assumptions": (bridge, *_GPT_OSS_NOTES)})  # BF16: none of `_row`'s FP8 notes
+    for label, device, ep, tps in _GPT_OSS_2606_ROWS:
+        raw = _gpt_oss_run(label, "26.04", device, 64, 1280, 4, 1, ep, hybridep=True, a2a_overlap=True, recompute=False)
+        raw["timing"].update(_PAGED_STASH, matmul_dtype="fp8", fp8_recipe="mxfp8", fp8_param_gather=True)
+        raw["training"]["fp8_cache"] = "linear"
+        row = _release_row("26.06", label, raw, 64, 1280, tps, ())
+        bridge = f"the 26.06 container's recipes as Megatron-Bridge {_RELEASES['26.06'][2]}"
+        unpriced = "the LM head's MXFP8 GEMM (fp8_output_proj) priced in 16 bits"
+        rows.append({**row, "assumptions": (bridge, *_GPT_OSS_NOTES, unpriced)})
     return rows

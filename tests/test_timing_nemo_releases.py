@@ -19,9 +19,9 @@ def rows(public):
 def test_archive_rows_convert_their_tables_figures(rows):
     # 26.02: 10 dense rows, 5 Qwen3 30B-A3B, 5 235B, 4 DeepSeek-V3, 5 GPT-OSS; 26.02.01: 8 dense (its GB300 70B MXFP8
     # row not priced), 4 30B (its H100 row not priced), 3 235B (its B300 row not priced), 4 DeepSeek-V3, 3 GPT-OSS
-    # (its B300 and B200 rows not priced); 26.06: 5 dense, 3 Qwen3 30B-A3B, 2 235B and 2 DeepSeek-V3 (MXFP8, paged
-    # stash); 25.09: 13 dense
-    assert len(rows) == 76
+    # (its B300 and B200 rows not priced); 26.06: 5 dense, 3 Qwen3 30B-A3B, 2 235B, 2 DeepSeek-V3 and 2 GPT-OSS (MXFP8,
+    # paged stash); 25.09: 13 dense
+    assert len(rows) == 78
     # 26.02 Llama 3 70B on 64 H100 at 1,621 tokens/s each: 256 · 8192 / (1621 · 64) = 2,097,152 / 103,744 = 20.2147
     assert rows["NeMo 26.02 Llama 3 70B FP8 TP4 PP8 GBS256 (64 H100)"].seconds == pytest.approx(20.2147, rel=1e-5)
     # 26.06 Llama 3.1 405B on 1024 H100 at 326: 1536 · 8192 / (326 · 1024) = 12,582,912 / 333,824 = 37.6932 s
@@ -119,6 +119,13 @@ def test_archive_26_06_qwen3_mxfp8_rows_take_v0_5_0s_paged_stash_presets(public,
     assert (ds.parallel.dp, ds.training.micro_batches) == (128, 32) and not ds.recompute.modules
     assert ds.timing.fp8_dot_product_attention and ds.timing.moe_paged_stash
     assert ds.parallel.overlap_moe_expert_parallel_comm
+    # GPT-OSS 120B on 64 GB200 (GPT_OSS_120B_PRETRAIN_CONFIG_GB200_FP8_MX_V2): EP 64, MBS 4, DP 64, 1280 / (4 · 64) = 5
+    # micro-batches, no recompute, MXFP8 with the fused grouped MLP; 1280 · 4096 / (28947 · 64) = 2.8302 s
+    oss_row = rows["NeMo 26.06 GPT-OSS 120B MXFP8 EP64 paged stash (64 GB200)"]
+    assert oss_row.seconds == pytest.approx(2.8302, rel=1e-4)
+    oss = public.config(oss_row)
+    assert (oss.parallel.ep, oss.training.micro_batches, oss.timing.fp8_recipe) == (64, 5, "mxfp8")
+    assert oss.timing.use_transformer_engine_op_fuser and not oss.recompute.modules
 
 
 def test_archive_25_09_rows_take_v0_1_0rc3s_perf_matrix(public, rows):
@@ -159,8 +166,8 @@ def test_archive_fsdp_rows_offload_as_their_presets(public, rows):
 def test_archive_rows_are_a_group_of_their_own(public, rows):
     results = [(row, row.seconds) for row in rows.values()]
     found = public.groups(results)
-    assert len(found["NeMo archive 25.09 / 26.02 / 26.02.01 / 26.06"]) == 76
-    assert sum(map(len, found.values())) == 76  # no other group takes one
+    assert len(found["NeMo archive 25.09 / 26.02 / 26.02.01 / 26.06"]) == 78
+    assert sum(map(len, found.values())) == 78  # no other group takes one
 
 
 def test_archive_rows_fit_their_devices(public, rows):
