@@ -50,7 +50,9 @@ from ppb_core.config.releases import (
     CHANGES,
     MEGATRON_CORE,
     PYTORCH,
+    TORCHTITAN,
     TRANSFORMER_ENGINE,
+    UNSTATED,
     Release,
     parse_release,
     send_waits_of,
@@ -1280,8 +1282,9 @@ class PPBOptions(StrictModel):
 
 
 class FrameworkRelease(StrictModel):
-    """The Megatron-Core, Transformer Engine and PyTorch releases the run ran (`ppb_core.config.releases`): the
-    rules that changed since are priced as that code held them. Unset: the newest code ppb follows."""
+    """The Megatron-Core, Transformer Engine, PyTorch and torchtitan releases the run ran
+    (`ppb_core.config.releases`): the rules that changed since are priced as that code held them. Unset: the
+    newest code ppb follows (torchtitan: v0.2.2, whose defaults ppb's follow)."""
 
     megatron_core: str | None = Field(
         None,
@@ -1300,14 +1303,20 @@ class FrameworkRelease(StrictModel):
         max_length=40,
         description="PyTorch's version (2.5, 2.5.0, or as a container names it, 2.5.0a0+e000cf0ad9); unset: 2.13",
     )
+    torchtitan: str | None = Field(
+        None,
+        max_length=40,
+        description="torchtitan's release tag (v0.2.2, 0.2) or the date of the commit run (YYYY-MM-DD, 2024-12-26 "
+        "for 9dec370); unset: v0.2.2 (73a0e697, 2026-02-20)",
+    )
 
-    @field_validator("megatron_core", "transformer_engine", "pytorch", mode="before")
+    @field_validator("megatron_core", "transformer_engine", "pytorch", "torchtitan", mode="before")
     @classmethod
     def _dated(cls, value: Any) -> Any:
         """YAML reads an unquoted 2025-07-05 as a date: the same release as the quoted one."""
         return value.isoformat() if isinstance(value, datetime.date) else value
 
-    @field_validator("megatron_core", "transformer_engine", "pytorch")
+    @field_validator("megatron_core", "transformer_engine", "pytorch", "torchtitan")
     @classmethod
     def _known(cls, value: str | None, info: ValidationInfo) -> str | None:
         if value is not None:
@@ -1315,8 +1324,10 @@ class FrameworkRelease(StrictModel):
         return value
 
     def of(self, library: str) -> Release:
-        """One library's release (unset: the newest, which holds every change)."""
+        """One library's release (unset: the newest, which holds every change; torchtitan's v0.2.2)."""
         value = getattr(self, library)
+        if value is None and library in UNSTATED:
+            value = UNSTATED[library][0]
         return Release() if value is None else parse_release(library, value)
 
     def holds(self, change: str) -> bool:
@@ -1326,7 +1337,8 @@ class FrameworkRelease(StrictModel):
 
     @property
     def stated(self) -> bool:
-        return any(value is not None for value in (self.megatron_core, self.transformer_engine, self.pytorch))
+        stated = (self.megatron_core, self.transformer_engine, self.pytorch, self.torchtitan)
+        return any(value is not None for value in stated)
 
 
 class RunConfig(StrictModel):
@@ -1336,8 +1348,9 @@ class RunConfig(StrictModel):
     )
     framework_release: FrameworkRelease = Field(
         default_factory=FrameworkRelease,
-        description="under framework megatron, the Megatron-Core, Transformer Engine and PyTorch releases run "
-        "(ppb_core.config.releases); unset: the newest code ppb follows",
+        description="under framework megatron, the Megatron-Core, Transformer Engine and PyTorch releases run; "
+        "under torchtitan, PyTorch's and torchtitan's (ppb_core.config.releases); unset: the newest code ppb "
+        "follows (torchtitan: v0.2.2)",
     )
     models: Annotated[list[SubModel], Field(min_length=1, max_length=limits.MODELS)]
     parallel: Parallel = Field(default_factory=Parallel)
@@ -2131,15 +2144,15 @@ def check_fused_determinism(framework: str, timing: TimingOptions, device: Devic
 
 def misplaced_release(framework: str, release: FrameworkRelease) -> tuple[str, str] | None:
     """The first release *release* states that *framework* does not read, and why (None: every one is read):
-    Megatron reads all three; torchtitan its PyTorch's (FSDP2's root rule, `releases.CHANGES`)."""
-    read = {"megatron": (MEGATRON_CORE, TRANSFORMER_ENGINE, PYTORCH), "torchtitan": (PYTORCH,)}.get(framework, ())
-    for library in (MEGATRON_CORE, TRANSFORMER_ENGINE, PYTORCH):
-        if getattr(release, library) is not None and library not in read:
-            whose = (
-                "is read under frameworks megatron and torchtitan only"
-                if library == PYTORCH
-                else ("is Megatron-Core's and Transformer Engine's")
-            )
+    Megatron reads Megatron-Core's, TE's and PyTorch's; torchtitan PyTorch's (FSDP2's root rule) and its own
+    (`releases.CHANGES`)."""
+    read = {"megatron": (MEGATRON_CORE, TRANSFORMER_ENGINE, PYTORCH), "torchtitan": (PYTORCH, TORCHTITAN)}
+    for library in (MEGATRON_CORE, TRANSFORMER_ENGINE, PYTORCH, TORCHTITAN):
+        if getattr(release, library) is not None and library not in read.get(framework, ()):
+            whose = {
+                PYTORCH: "is read under frameworks megatron and torchtitan only",
+                TORCHTITAN: "is torchtitan's",
+            }.get(library, "is Megatron-Core's and Transformer Engine's")
             return library, whose
     return None
 

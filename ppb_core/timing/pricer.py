@@ -460,11 +460,12 @@ class TimeModel:
 
     def _titan_input_share(self, op: Op) -> float:
         """The op's share of its input's Float8 cast and copy: its columns of the fused GEMM where the linears
-        reading one tensor share them (compiled: CSE; Float8 TP: `PrepareFloat8ModuleInput`), else its own,
-        one for each separate linear it holds (`Op.linears`: eager, wq and wk each cast the input,
-        `Float8Linear.forward` a module each)."""
+        reading one tensor share them (compiled: CSE; Float8 TP: `PrepareFloat8ModuleInput`) or one linear
+        holds them (torchtitan main's wqkv, `OpGeometry.fused_qkv`: one `Float8Linear`), else its own, one for
+        each separate linear it holds (`Op.linears`: eager, wq and wk each cast the input, `Float8Linear.forward`
+        a module each)."""
         _, _, n, _, fused = op.gemm
-        shared = self.run.timing.torch_compile or op.name in self._float8_gathered
+        shared = self.run.timing.torch_compile or op.name in self._float8_gathered or not op.linears
         return n / fused if shared else float(max(1, len(op.linears)))
 
     def _titan_wgrad_copies(self, op: Op) -> float:
