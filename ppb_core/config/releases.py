@@ -271,6 +271,32 @@ CHANGES: dict[str, Change] = {
         "of a kernel with several configs cloned them on the device (`CachingAutotuner.bench` → `clone_args`) "
         "beside Triton's `do_bench` L2 flush buffer",
     ),
+    "te_fused_grouped_mlp": Change(
+        TRANSFORMER_ENGINE,
+        "29a8c2fec",
+        "2026-04-03",
+        (2, 14),
+        "TE's op fuser fuses a GroupedLinear, a scaled GLU and a GroupedLinear under MXFP8 into cuDNN frontend's "
+        "CuTe DSL grouped-GEMM kernels (#2769 on main; the v2.14 tag holds it as ops/fused/forward_grouped_mlp.py and "
+        "backward_grouped_mlp.py, their weight gradients cuBLAS's grouped-tensor GEMM; the joint op of grouped_mlp.py "
+        "with the CuTe DSL weight-gradient kernel from 91bb9cfe4, 2026-06-11); before, the op fuser ran its basic ops",
+    ),
+    "mcore_fused_grouped_mlp": Change(
+        MEGATRON_CORE,
+        "6815c0fefe",
+        "2026-05-15",
+        (0, 18),
+        "Megatron-Core's TEGroupedMLP runs its experts through TE's op fuser under use_transformer_engine_op_fuser "
+        "(#4636, experts.py `TEGroupedMLP._fused_forward`); before, the op fuser built TE's ops for dense MLPs only",
+    ),
+    "mcore_paged_stash": Change(
+        MEGATRON_CORE,
+        "f007db77b9",
+        "2026-05-22",
+        (0, 18),
+        "Megatron-Core's paged stash of the fused grouped MLP's saved tensors (#4247, moe/paged_stash.py) and the "
+        "rank capacity that sizes HybridEP's buffers (moe_expert_rank_capacity_factor)",
+    ),
     "torchtitan_fused_qkv": Change(
         TORCHTITAN,
         "3396a4b37",

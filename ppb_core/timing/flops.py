@@ -51,6 +51,14 @@ from ppb_core.timing.flex import (
     ranks_reached,
 )
 from ppb_core.timing.fp8_attention import CAST_LAUNCHES, cast_bytes
+from ppb_core.timing.fused_experts import (
+    BIAS_LAUNCHES,
+    FC1_LAUNCHES,
+    FC2_LAUNCHES,
+    bias_gradient_bytes,
+    dglu_epilogue_bytes,
+    glu_epilogue_bytes,
+)
 from ppb_core.timing.kernels import EAGER_TRAFFIC
 from ppb_core.timing.ring import FP32_BYTES, STEPPED, merge_bytes
 from ppb_core.timing.router import RouterSetting, router_launches
@@ -226,6 +234,12 @@ class Op:
     # TransformerEngine's quantize kernels (TE's FP8 attention's casts, `fp8_attention_casts`): priced at their
     # measured share of HBM where the device states one for the recipe (`TimeModel._quantize_s`)
     te_quantize: bool = False
+    # A GEMM whose (input, output gradient) the kernel before it wrote already quantized in its epilogue (TE's
+    # fused grouped MLP, `ppb_core.timing.fused_experts`): no cast of its own for that operand (`_cast_bytes`)
+    prequantized: tuple[bool, bool] = (False, False)
+    # A grouped GEMM run as one persistent kernel over every group (TE's fused grouped MLP's CuTe DSL kernels):
+    # none of TE's per-stream rounds of one cuBLAS GEMM an expert (`TimeModel._grouped_rounds`)
+    persistent_grouped: bool = False
 
 
 def expert_fp8_pads(run: RunConfig) -> int:
@@ -325,6 +339,9 @@ class OpGeometry(Geometry):
     # TEGroupedMLP's FP8 padding calls before its experts (`expert_fp8_pads`): 0 none, 1 the rows, 2 the rows
     # and their probabilities; with any, the unpadding of the experts' output after them
     expert_fp8_pads: int = 0
+    # Megatron's TEGroupedMLP through TE's op fuser: the fused grouped MLP (`timing.use_transformer_engine_op_fuser`,
+    # `ppb_core.timing.fused_experts`)
+    fused_grouped_mlp: bool = False
     # Megatron's router settings (`training.moe.router`) and the data-parallel size its global aux loss
     # reduces over (`ppb_core.timing.router`)
     router: RouterSetting = dataclasses.field(default_factory=RouterSetting)
@@ -415,6 +432,7 @@ class OpGeometry(Geometry):
             softmax_scaled=run.timing.apply_query_key_layer_scaling,
             sequential_experts=run.framework == "megatron" and not train.moe.grouped_gemm,
             expert_fp8_pads=expert_fp8_pads(run),
+            fused_grouped_mlp=run.framework == "megatron" and run.timing.use_transformer_engine_op_fuser,
             router=RouterSetting.of(train.moe.router),
             dp=par.dp,
             float8_tp=run.framework == "torchtitan"
@@ -1880,6 +1898,41 @@ def _clamped_activation(ops: list[Op], moe: Moe, geo: OpGeometry, rows: float, p
     return [*ops[:at], clamp, dataclasses.replace(ops[at], inputs=(clamp.name,)), *ops[at + 1 :]]
 
 
+def _fused_grouped_mlp(ops: list[Op], geo: OpGeometry, rows: float, width: int, p: str) -> list[Op]:
+    """The routed experts' ops as TE's fused grouped MLP runs them (`ppb_core.timing.fused_experts`): fc1's GEMM
+    with the GLU, the probabilities and fc2's input quantization in its epilogue, fc2's input-gradient GEMM with
+    the GLU's backward and fc1's output-gradient quantization in its; the activation (and GPT-OSS's clamp) no
+    kernel of its own. The epilogues' bytes join their GEMM's traffic (its HBM floor; `backward_bytes` holds both
+    backward halves, each floored at half of it); each GEMM one persistent kernel over the experts."""
+    probs = expert_probs_bytes(geo)
+    fused = []
+    for op in ops:
+        if op.name == p + "experts_clamp":
+            continue
+        if op.name == p + "experts_in":
+            op = dataclasses.replace(
+                op,
+                bytes=op.bytes + glu_epilogue_bytes(rows, width, probs),
+                prequantized=(False, True),
+                persistent_grouped=True,
+                launches=FC1_LAUNCHES,
+            )
+        elif op.name == p + "experts_act":
+            op = dataclasses.replace(
+                op, inputs=(p + "experts_in",), bytes=0.0, backward_bytes=0.0, fusion=None, launches=(0.0, 0.0)
+            )
+        elif op.name == p + "experts_out":
+            op = dataclasses.replace(
+                op,
+                backward_bytes=op.backward_bytes + dglu_epilogue_bytes(rows, width, probs, geo.dtype_bytes),
+                prequantized=(True, False),
+                persistent_grouped=True,
+                launches=FC2_LAUNCHES,
+            )
+        fused.append(op)
+    return fused
+
+
 def _expert_output_bias(
     name: str, block: str, geo: OpGeometry, rows: float, h: int, local: int, inputs: tuple[str, ...]
 ) -> Op:
@@ -1906,6 +1959,9 @@ def _expert_output_bias(
     the cat, the casts and the sums read and write contiguous tensors. Elsewhere (no such per-expert loop)
     one add forward, its bias gradient's read back."""
     bc = geo.dtype_bytes
+    if geo.fused_grouped_mlp:  # in fc2's epilogue; its gradient a kernel of its own (`ppb_core.timing.fused_experts`)
+        bias = _elementwise(name, block, 0.0, bias_gradient_bytes(rows, h, bc, expert_probs_bytes(geo)), inputs=inputs)
+        return dataclasses.replace(bias, launches=BIAS_LAUNCHES)
     if geo.framework != "megatron":
         return _elementwise(name, block, 2 * rows * h * bc, rows * h * bc, inputs=inputs)
     wide = max(bc, expert_probs_bytes(geo))
@@ -2117,6 +2173,8 @@ def moe_ops(kind: BodyKind, moe: Moe, geo: OpGeometry, p: str = "") -> list[Op]:
         at = next(i for i, op in enumerate(ops) if op.name == p + "experts_in")
         ops[at] = dataclasses.replace(ops[at], grad_adds=2.0 * local)
     ops = _clamped_activation(ops, moe, geo, rows, p)
+    if geo.fused_grouped_mlp:
+        ops = _fused_grouped_mlp(ops, geo, rows, per_rank(moe.expert_intermediate_size, geo.etp), p)
     source = p + "experts_out"
     if geo.sequential_experts and local > 1:
         ops[-3:] = [dataclasses.replace(op, sequential=local) for op in ops[-3:]]
@@ -2369,6 +2427,8 @@ def _allgather_dispatch(moe: Moe, geo: OpGeometry, h: int, inputs: tuple[str, ..
         at = next(i for i, op in enumerate(ops) if op.name == p + "experts_in")
         ops[at] = dataclasses.replace(ops[at], grad_adds=2.0 * local)
     ops = _clamped_activation(ops, moe, geo, rows, p)
+    if geo.fused_grouped_mlp:
+        ops = _fused_grouped_mlp(ops, geo, rows, per_rank(moe.expert_intermediate_size, geo.etp), p)
     source = p + "experts_out"
     if geo.sequential_experts and local > 1:  # SequentialMLP, as in `moe_ops`
         ops[-3:] = [dataclasses.replace(op, sequential=local) for op in ops[-3:]]
