@@ -1229,7 +1229,13 @@ class TimeModel:
                 )
                 graphs, modules = run.timing.cuda_graph_impl, run.timing.cuda_graph_modules
                 if graphs != "none":  # `ppb_core.timing.graphs`
-                    launches = graphed_launches(ops, launches, modules, run.timing.gradient_accumulation_fusion)
+                    launches = graphed_launches(
+                        ops,
+                        launches,
+                        modules,
+                        run.timing.gradient_accumulation_fusion,
+                        dispatcher=run.timing.moe_dispatcher,
+                    )
                 parts = self.parts(layer, state, switches)
                 waits = layer_host_waits(
                     ops,
