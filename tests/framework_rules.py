@@ -174,11 +174,23 @@ def torchtitan_problems(
     micro_batches: int,
     mode: str | None = None,
     option: str | None = None,
+    layers_per_stage: int | None = None,
 ) -> list[str]:
-    """torchtitan's (and torch's schedules') objections to a plan's TOML lines (empty: it runs them)."""
+    """torchtitan's (and torch's schedules') objections to a plan's TOML lines (empty: it runs them); with
+    the job's `pipeline_parallel_layers_per_stage` K, pipeline_parallel.py `pipeline_llm`'s check of it, made
+    before the parts are read: ceil((layers + 1 + 1) / K) stages (first/last_stage_less_layers default 1), a
+    multiple of the degree, one a rank for a single-stage schedule, at least two for a multi-stage one."""
     problems: list[str] = []
     if schedule not in SINGLE_STAGE | MULTI_STAGE | V_STAGE:
         problems.append(f"unknown schedule {schedule}")
+    if layers_per_stage is not None:
+        virtual = -(-(num_layers + 2) // layers_per_stage)
+        if virtual % degree:
+            problems.append(f"layers_per_stage {layers_per_stage}: {virtual} stages over degree {degree}")
+        elif schedule in SINGLE_STAGE and virtual // degree != 1:
+            problems.append(f"layers_per_stage {layers_per_stage}: {virtual // degree} stages a rank for {schedule}")
+        elif schedule not in SINGLE_STAGE and virtual // degree < 2:
+            problems.append(f"layers_per_stage {layers_per_stage}: {virtual // degree} stage a rank for {schedule}")
     if len(parts) % degree:
         return [*problems, f"{len(parts)} model parts over pipeline degree {degree}"]
     per_rank = len(parts) // degree

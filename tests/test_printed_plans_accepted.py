@@ -213,6 +213,13 @@ def test_the_rules_refuse_what_the_frameworks_refuse() -> None:
     two = [["tok_embeddings", "layers.0"], ["layers.1", "norm", "output"]]
     assert torchtitan_problems(two, degree=2, schedule="1F1B", num_layers=2, micro_batches=1)
     assert not torchtitan_problems(two, degree=2, schedule="GPipe", num_layers=2, micro_batches=1)
+    # a job's layers_per_stage, checked before the parts: (2 + 2) / 1 = 4 stages on degree 2, two a rank,
+    # refused for 1F1B; 4 / 2 = 2, one a rank, taken; Interleaved1F1B needs two a rank
+    assert torchtitan_problems(two, degree=2, schedule="1F1B", num_layers=2, micro_batches=2, layers_per_stage=1)
+    assert not torchtitan_problems(two, degree=2, schedule="1F1B", num_layers=2, micro_batches=2, layers_per_stage=2)
+    assert torchtitan_problems(
+        parts, degree=2, schedule="Interleaved1F1B", num_layers=4, micro_batches=4, layers_per_stage=3
+    )  # ceil(6 / 3) = 2 stages, one a rank
 
 
 @pytest.fixture(scope="module")
