@@ -587,7 +587,7 @@ GOLDEN_MOE = {
          1.04457, 1.05738, 1.02657, 1.0303, 1.02663),
     ),
     MOE_MLA_LAYOUT: GoldenTimes(
-        f"moe/{MOE_MLA_LAYOUT}/golden_values_dev_dgx_h100.json", "adc69dba2d (2025-10-21) or before", "5-50",
+        f"moe/{MOE_MLA_LAYOUT}/golden_values_dev_dgx_h100.json", "c08d89bea0 (2025-08-17)", "5-50",
         (2.06295, 1.09336, 1.10509, 1.08631, 1.08991, 1.10548, 1.10049, 1.11219, 1.09542, 1.09805),
     ),
 }  # fmt: skip
