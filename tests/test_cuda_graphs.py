@@ -105,6 +105,22 @@ def test_a_graphed_query_and_key_norm_leave_two_main_gradient_adds() -> None:
     assert graphed == {"norm1": (2.0, 2.0 + 1.0), "qk_norm": (0.0, 2.0)}
 
 
+def test_hybridep_s_permutation_stays_outside_a_moe_preprocess_graph() -> None:
+    # Megatron-LM 2edffadb52 / b1c2006cf4: MoELayer.preprocess calls the flex dispatcher's dispatch_preprocess,
+    # which for HybridEP is `_HybridEPManager.setup_metadata`'s two reshapes (no kernel); the probabilities'
+    # `.float()`, the metadata scan and the permute kernel come from `_HybridEPManager.dispatch`, eagerly after
+    # the graph. The alltoall dispatcher's permutation is `dispatch_preprocess` itself: inside the graph.
+    #   alltoall: norm2 carries the replay (2, 2) + DDP's norm add 1; router_topk, permute (0, 0)
+    #   hybridep: the same, but permute keeps its eager (3, 2): scan + permute + cast, permute's + cast's gradients
+    ops = [Op(name, "moe", "memory") for name in ("norm2", "router_topk", "permute", "dispatch")]
+    eager = {"norm2": (1.0, 3.0), "router_topk": (4.0, 2.0), "permute": (3.0, 2.0)}
+    modules = ["moe_router", "moe_preprocess"]
+    alltoall = graphed_launches(ops, eager, modules, wgrad_fused=True)
+    assert alltoall == {"norm2": (2.0, 3.0), "router_topk": (0.0, 0.0), "permute": (0.0, 0.0)}
+    hybridep = graphed_launches(ops, eager, modules, wgrad_fused=True, dispatcher="hybridep")
+    assert hybridep == {**alltoall, "permute": (3.0, 2.0)}
+
+
 def test_work_a_graph_replays_counts_without_launches_in_the_wait() -> None:
     # launch_s 1 ms: the replay's 2 launches over 1 ms of work, then 5 ms launched by none, then 1 launch
     # over 1 ms. k=1: 1 - 0 = 1 ms; k=2: 2 - 0.5 = 1.5 ms; the graph's 5 ms make the host ahead after:

@@ -12,7 +12,9 @@ NVIDIA/TransformerEngine d0067d0d):
   (`_forward_attention`); `mlp` a dense layer's pre-MLP norm, MLP and residual (`_forward_mlp`); `moe`
   a MoE layer's whole `_forward_mlp`; `moe_router` the pre-MLP norm, the router and, not overlapped
   (`moe_shared_expert_overlap`), the shared experts; `moe_preprocess` with it the dispatcher's
-  preprocessing up to the permutation (MoELayer.preprocess); empty, the whole layer. What the graph
+  preprocessing up to the permutation (MoELayer.preprocess; HybridEP's is only `setup_metadata`'s reshapes: its
+  probabilities' fp32 cast, metadata scan and permutation run in `_HybridEPManager.dispatch`, eagerly); empty,
+  the whole layer. What the graph
   does not cover runs eagerly, kernel by kernel, as before: the embedding, the output layer and the loss
   always; the routed experts and the token dispatcher's all-to-alls under `moe_router`.
 - A replay (TE graph.py `Graphed.forward` / `Graphed.backward`; Megatron's `_CudagraphReplayNode`
@@ -49,10 +51,19 @@ REPLAY = (2.0, 2.0)
 # The MoE router's ops and the shared experts' (moe_router); the dispatcher's preprocessing (moe_preprocess).
 ROUTER_OPS = ("norm2", "router", "router_topk")
 PREPROCESS_OPS = ("permute",)
+# Dispatchers whose `permute` op runs outside `MoELayer.preprocess`, so outside a moe_preprocess graph: HybridEP's
+# `dispatch_preprocess` only reshapes (token_dispatcher.py `MoEFlexTokenDispatcher.dispatch_preprocess` ->
+# `_HybridEPManager.setup_metadata`, Megatron-LM 2edffadb52 and b1c2006cf4); the probabilities' `.float()`, the
+# metadata scan (`metadata_preprocessing`) and the permutation (`dispatch_with_permute`'s permute kernel) are
+# launched from `_HybridEPManager.dispatch` (`token_dispatch`), after the graph (fused_a2a.py
+# `hybrid_ep_dispatch`; deepseek-ai/DeepEP hybrid-ep 7febc6e csrc/hybrid_ep/executor/executor.cu
+# `dispatch_postprocess`).
+PREPROCESS_OUTSIDE = ("hybridep",)
 
 
-def captured(op: Op, modules: Sequence[str], shared_overlap: bool = False) -> bool:
-    """Whether a decoder layer's op is inside its graph under *modules* (empty: the whole layer)."""
+def captured(op: Op, modules: Sequence[str], shared_overlap: bool = False, dispatcher: str = "alltoall") -> bool:
+    """Whether a decoder layer's op is inside its graph under *modules* (empty: the whole layer), its MoE
+    layer's token dispatcher *dispatcher* (`PREPROCESS_OUTSIDE`)."""
     if not modules:
         return True
     last = op.name.rsplit(".", 1)[-1]
@@ -69,7 +80,7 @@ def captured(op: Op, modules: Sequence[str], shared_overlap: bool = False) -> bo
         return False
     if last in ROUTER_OPS or (not shared_overlap and "shared" in last):
         return True
-    return "moe_preprocess" in modules and last in PREPROCESS_OPS
+    return "moe_preprocess" in modules and last in PREPROCESS_OPS and dispatcher not in PREPROCESS_OUTSIDE
 
 
 def ddp_adds(op: Op, wgrad_fused: bool) -> float:
@@ -92,6 +103,7 @@ def graphed_launches(
     modules: Sequence[str],
     wgrad_fused: bool,
     shared_overlap: bool = False,
+    dispatcher: str = "alltoall",
 ) -> dict[str, tuple[float, float]]:
     """A decoder layer's {op: (forward, backward) launches} when its captured ops replay as one graph:
     those ops launch nothing but the DDP hook's adds backward; the first of them carries the replay's
@@ -100,7 +112,7 @@ def graphed_launches(
     counts = dict(launches)
     first = True
     for op in ops:
-        if op.name not in counts or not captured(op, modules, shared_overlap):
+        if op.name not in counts or not captured(op, modules, shared_overlap, dispatcher):
             continue
         forward, backward = REPLAY if first else (0.0, 0.0)
         counts[op.name] = (forward, backward + ddp_adds(op, wgrad_fused))

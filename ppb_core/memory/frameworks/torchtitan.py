@@ -211,13 +211,22 @@ def _attention_ops(kind: BodyKind, setup: Geometry) -> list[tuple[str, float, bo
     """The attention's matmuls and kernel in forward order: (name, output elements, with bias).
 
     GQA (llama3/qwen3 model.py `Attention.forward`): wq, wk, wv, the kernel, wo; the qk norms of
-    Qwen3 run between them and are no matmuls. MLA (deepseek_v3/model/model.py `Attention.forward`):
+    Qwen3 run between them and are no matmuls. A commit with one wqkv (`Geometry.fused_qkv`): wqkv, the
+    kernel, wo. MLA (deepseek_v3/model/model.py `Attention.forward`):
     wq_a then wq_b (or wq without a query LoRA), wkv_a, wkv_b, the kernel, wo. Under TP (torchtitan's
     DeepSeek-V3 plan) the down-projections wq_a and wkv_a are not sharded; the rest are by heads.
     """
     att, tokens = kind.attention, setup.tokens
     heads = per_rank(att.num_heads, setup.tp)
     out = ("attention.wo_output", tokens * kind.hidden_size, att.out_bias)
+    if not att.is_mla and setup.fused_qkv:
+        # torchtitan's main from 3396a4b37 (models/common/attention.py `FusedQKVLinear`): one wqkv linear
+        kv = kv_heads_per_rank(att.num_kv_heads, setup.tp)
+        return [
+            ("attention.wqkv_output", tokens * (heads + 2 * kv) * att.head_dim, att.qkv_bias),
+            (_SDPA, 0.0, False),
+            out,
+        ]
     if not att.is_mla:
         kv = kv_heads_per_rank(att.num_kv_heads, setup.tp)
         return [
