@@ -1043,7 +1043,8 @@ def test_torchtitan_loss_under_tensor_parallelism():
 def test_torchtitan_pipeline_receive_buffers():
     # DENSE on 2 stages, 4 micro-batches, in flight 2 and 1; the boundary tensor 64 tokens · 64 · 2 = 8192
     # (pipelining/stage.py: one receive buffer per micro-batch, kept). Stage 0 (the HEAD's, not the
-    # last) holds 4 output-gradient buffers: 32768; stage 1 (the TAIL's, not the first) 4 activation
+    # last) holds 4 output-gradient buffers and the outputs of its 2 micro-batches in flight in fwd_cache
+    # (forward_one_chunk, torch 2.13): 6 · 8192 = 49152; stage 1 (the TAIL's, not the first) 4 activation
     # buffers, 1 of them the in-flight input its first layer keeps already: 3 · 8192 = 24576.
     run = _titan(parallel={"pp": 2, "zero": 0}, training={"micro_batches": 4})
     memory = model(run)
@@ -1054,14 +1055,25 @@ def test_torchtitan_pipeline_receive_buffers():
         [[2, 1]],
         device_bytes=80 * 2**30,
     )
-    assert [peak.buffer_bytes for peak in titan] == [32768, 24576]
+    assert [peak.buffer_bytes for peak in titan] == [49152, 24576]
     assert [peak.buffer_bytes for peak in plain] == [0, 0]
     # at the optimizer step nothing is in flight and every buffer is held: stage 0 its 4 gradient
     # buffers (32768), stage 1 its 4 activation buffers (32768), beyond its static memory
     assert [peak.step_static_bytes - peak.static_bytes for peak in titan] == [32768, 32768]
     # the balancer's charge: a chunk taken as neither first nor last, at the schedule's vector that asks
-    # the most: stage 1's one micro-batch in flight, 3 · 8192 in and 4 · 8192 back, + GEMM workspaces
-    assert run_workspace_bytes(run, memory) == 7 * 8192 + 2 * 33554432
+    # the most: with c in flight, (4 − c) · 8192 in, 4 · 8192 back and c outputs: 8 · 8192, + GEMM workspaces
+    assert run_workspace_bytes(run, memory) == 8 * 8192 + 2 * 33554432
+    # PyTorch 2.6 (before pytorch#153383) keeps every stage's 4 outputs in output_chunks to the next step:
+    # stage 0 4 · 8192 more than its gradient buffers; and before 2.10's step(return_outputs=False) the last
+    # stage every micro-batch's logits, 64 · 1024 · 2 = 131072 each, 3 beside the one in flight (4 at the step)
+    old = run.model_copy(update={"framework_release": FrameworkRelease(pytorch="2.6")})
+    peaks = stage_peaks(model(old), walk(old), [[2, 1]], device_bytes=80 * 2**30)
+    assert [peak.buffer_bytes for peak in peaks] == [8 * 8192, 3 * 8192 + 3 * 131072]
+    assert [peak.step_static_bytes - peak.static_bytes for peak in peaks] == [8 * 8192, 4 * 8192 + 4 * 131072]
+    # PyTorch 2.8 keeps output chunks on the last stage only
+    mid = run.model_copy(update={"framework_release": FrameworkRelease(pytorch="2.8")})
+    peaks = stage_peaks(model(mid), walk(mid), [[2, 1]], device_bytes=80 * 2**30)
+    assert [peak.buffer_bytes for peak in peaks] == [49152, 3 * 8192 + 3 * 131072]
 
 
 # --- the gradient reduction ----------------------------------------------------------------------------

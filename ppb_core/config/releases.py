@@ -278,6 +278,25 @@ CHANGES: dict[str, Change] = {
         "`_auto_reshard_after_forward`, fully_shard left it unset); before, `_lazy_init` set the root's "
         "`post_forward_mesh_info = None` always: the root stayed gathered after the model's forward",
     ),
+    "pp_output_chunks_last_only": Change(
+        PYTORCH,
+        "v2.8.0",
+        "2025-05-13",
+        (2, 8),
+        "torch.distributed.pipelining keeps a stage's forward outputs for the step's merged output on the last "
+        "stage only (pytorch/pytorch#153383: stage.py `forward_one_chunk` appends to `output_chunks` under "
+        "`if self.is_last`); before, every stage kept every micro-batch's output in `output_chunks` until the next "
+        "step's `clear_runtime_states`",
+    ),
+    "pp_step_return_outputs": Change(
+        PYTORCH,
+        "v2.10.0",
+        "2025-10-22",
+        (2, 10),
+        "`PipelineSchedule.step(return_outputs=False)` (pytorch/pytorch#165822) keeps no output chunk on the last "
+        "stage, and torchtitan passes it from e5ef99aab (2025-10-22, v0.2.1: train.py); before, the last stage "
+        "kept every micro-batch's output (the logits) in `output_chunks` until the next step",
+    ),
     "inductor_autotune_host_copies": Change(
         PYTORCH,
         "v2.6.0",

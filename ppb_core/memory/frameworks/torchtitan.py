@@ -142,6 +142,14 @@ Each rule names the file and function it follows; docs/frameworks.md tabulates t
   a sequence shard under TP). An activation buffer in flight is the chunk's first layer's kept input,
   counted there; the others, and every gradient buffer, are held besides. The input gradients
   are not kept (`stage_backward` sets `val.grad = None` once it has read it).
+* **Pipeline outputs** (stage.py `forward_one_chunk`): a chunk that is not the last keeps each
+  micro-batch's output (the boundary tensor its last block returns, which no block keeps) in
+  `fwd_cache` until `backward_one_chunk` pops it: one per micro-batch in flight. Before PyTorch 2.8
+  (`framework_release.pytorch`; pytorch/pytorch#153383) every stage also appended every output to
+  `output_chunks`, cleared only as the next step starts: all `m` of them, at every moment and the step
+  (exact where the stage's last forward runs at its most in flight, as 1F1B's steady state does). Before
+  PyTorch 2.10 (#165822's `step(return_outputs=False)`, which torchtitan passes from e5ef99aab) the last
+  stage keeps every micro-batch's logits there: `m − in flight` beside those in flight.
 """
 
 from __future__ import annotations
@@ -512,8 +520,14 @@ class TorchtitanRules(FrameworkRules):
         found = 0.0
         if not any(isinstance(kind, HeadKind) for kind in kinds):  # not the first stage: activations come in
             found += (micro_batches - in_flight) * boundary
-        if not any(isinstance(kind, TailKind) for kind in kinds):  # not the last: output gradients come in
+        tails = [kind for kind in kinds if isinstance(kind, TailKind)]
+        if not tails:  # not the last: output gradients come in, and its outputs wait for their backward
             found += micro_batches * boundary
+            kept = in_flight if setup.release.holds("pp_output_chunks_last_only") else micro_batches
+            found += kept * boundary
+        elif not setup.release.holds("pp_step_return_outputs"):  # the last: every micro-batch's logits to the next step
+            vocab = max((kind.vocab_size for kind in tails if kind.has_output), default=0)
+            found += (micro_batches - in_flight) * setup.dtype_bytes * setup.tokens * per_rank(vocab, setup.tp)
         return found
 
     def reduction_bytes(
