@@ -22,19 +22,20 @@ none moves between PyTorch 2.4 and 2.5.
 
 The NeMo 2 recipes (`nemo2_dgxc_rows`, a second group): v25.04.02 (0efdb235ac) llama3.1/README.md's H100 tables
 (nemo:25.02.01; setup.sh checks out NVIDIA/NeMo d2b21556f2, 2025-03-20, and copies the tag's pretrain_llama31.py /
-llama31_utils.py into its scripts/performance/llm/), each at `llama31_auto_configs`' default GPU count (8B 8, 70B 64,
-405B 1024); v25.05.05 (c5c765f268) llama3.1/README.md's Llama 3.1 405B tables on GB200 and H100 (nemo:25.04.01;
-NeMo 6f2c6fdaff, 2025-06-16, on its llmb-nemo-r2.3.0 branch: scripts/performance/llm/pretrain_llama31_405b.py),
-at launch.sh's default GPU counts (GB200 128, H100 512), and its DeepSeek-V3 BF16 tables (`_DEEPSEEK_NEMO2`, its own
+llama31_utils.py into its scripts/performance/llm/), each at `llama31_auto_configs`' default GPU count (8B 8, 70B
+64, 405B 1024); v25.05.05 (c5c765f268) llama3.1/README.md's Llama 3.1 405B tables on GB200 and H100 (nemo:25.04.01;
+NeMo 6f2c6fdaff, 2025-06-16, on its llmb-nemo-r2.3.0 branch: scripts/performance/llm/pretrain_llama31_405b.py), at
+launch.sh's default GPU counts (GB200 128, H100 512), and its DeepSeek-V3 BF16 tables (`_DEEPSEEK_NEMO2`, its own
 settings). Every other Llama setting is bench/_nemo2.py's reading of NeMo 2's performance recipes
-(`set_primary_perf_configs`, `pretrain_performance_optimizations`), checked at those commits:
-grad_reduce_in_fp32 False, FP8 `bf16_with_fp8_mixed` (delayed scaling, FP8 parameters: the argument parser's
-default fp8_recipe "ds" at 6f2c6fdaff, the only one d2b21556f2's script sets), parameter gathers with the optimizer
-step where DP, PP and VP exceed 1, TE's fused cross-entropy from 6f2c6fdaff on (not at d2b21556f2), no CUDA graphs
-(the recommended csvs' cuda_graphs 0; llama31_auto_configs' default False), the H100 userbuffers configs'
-pipelined proj/fc2 fprop with set_sm_margin True (ppb's default methods), and the B200 FP8 config's ring-exchange
-ones. Releases: each container's NeMo tag's requirements/manifest.json pins (bench/_nemo2.py `_RELEASES`, 25.02
-and 25.04; 25.02's TE the PyTorch 25.01 base's 1.14, as v2.2.0 builds none), taken for the .01 patch containers.
+(`set_primary_perf_configs`, `pretrain_performance_optimizations`), checked at those commits: grad_reduce_in_fp32
+False, FP8 `bf16_with_fp8_mixed` (delayed scaling, FP8 parameters: the argument parser's default fp8_recipe "ds" at
+6f2c6fdaff, the only one d2b21556f2's script sets), parameter gathers with the optimizer step where DP, PP and VP
+exceed 1, TE's fused cross-entropy from 6f2c6fdaff on (not at d2b21556f2), no CUDA graphs (the recommended csvs'
+cuda_graphs 0; llama31_auto_configs' default False), the BF16 userbuffers configs' (and at d2b21556f2 the H100 FP8
+ones') pipelined proj/fc2 fprop with set_sm_margin True (ppb's default methods), and the ring-exchange ones of the
+B200 FP8 config and, at 6f2c6fdaff, of the H100 FP8 one (NeMo 8f3e86df5a). Releases: each container's NeMo tag's
+requirements/manifest.json pins (bench/_nemo2.py `_RELEASES`, 25.02 and 25.04; 25.02's TE the PyTorch 25.01 base's
+1.14, as v2.2.0 builds none), taken for the .01 patch containers.
 """
 
 from __future__ import annotations
@@ -253,9 +254,12 @@ def _dgxc_nemo2_run(
     raw = _nemo2_run(release, label, spec, gpus, gbs, 1, 8192, parallel, device, options)
     timing = raw["timing"]
     timing["fp8_recipe"] = "delayed"
-    # the H100 configs and the B200 BF16 one pipeline proj_fprop and fc2_fprop with set_sm_margin True
-    # (tp_overlap_configs/userbuffers.py at both commits): ppb's default methods and margin
-    if options.get("ub") and not (device == "gb200" and dtype == "fp8"):
+    # the BF16 configs (H100 and B200) pipeline proj_fprop and fc2_fprop with set_sm_margin True at both commits, and
+    # so do the H100 FP8 ones at d2b21556f2 (tp_overlap_configs/userbuffers.py): ppb's default methods and margin.
+    # NeMo 8f3e86df5a ("ub fp8 h100 fixes", 2025-04-22, in 6f2c6fdaff: the 25.04.01 rows) made the H100 FP8 ones ring
+    # exchanges, as the B200 FP8 one is: `_RING_FPROPS` with the bulk GEMMs' set_sm_margin False (bench/_nemo2.py)
+    ring_configs = dtype == "fp8" and (device == "gb200" or release == "25.04")
+    if options.get("ub") and not ring_configs:
         del timing["tp_comm_overlap_methods"], timing["ub_sm_margin"]
     if dtype == "bf16":
         del timing["matmul_dtype"], timing["fp8_recipe"]

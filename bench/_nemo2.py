@@ -10,19 +10,21 @@ FP8 quantization, leveraging scaling factors computed in the current step"): per
 
 Recipes: each container's NeMo (NVIDIA/NeMo v2.2.0 for 25.02, v2.3.0 for 25.04, v2.4.0 for 25.07):
 scripts/llm/performance/pretrain_<model>.py (v2.2.0; scripts/performance/llm/ from v2.3.0) with utils.py /
-helpers.py `set_primary_perf_configs` (sequence parallel where TP > 1; parameter gathers with the optimizer step where
-DP, PP and VP exceed 1; from v2.3.0 TE's fused cross-entropy, `enable_cuda_graph` from the recommended_model_configs
-csv, Megatron FSDP (`optim_grads_params`, no gradient accumulation fusion, no FP8 parameter gathers, no deferred
-embedding gradient); FP8: v2.2.0 `bf16_with_fp8_mixed` (delayed scaling, hybrid, amax history 1024, FP8 parameters),
-v2.3.0/v2.4.0 `--fp8_recipe cs`: `bf16_with_fp8_current_scaling_mixed` with first_last_layers_bf16 False;
-grad_reduce_in_fp32 False), nemo/collections/llm/recipes/<model>.py `pretrain_performance_optimizations` (TP
-communication overlap with the script's userbuffers config, `defer_embedding_wgrad_compute` and its deferral limit)
-and `trainer` (the distributed optimizer with overlapped gradient reduce and parameter gather, check_for_nan_in_grad
-True), recipes/tp_overlap_configs/userbuffers.py (every FP8 config used here: proj_fprop and fc2_fprop as
-ring-exchange, the bulk methods with set_sm_margin False), gpt/model/llama.py and gpt/model/base.py (the models).
-Releases: the Megatron-LM and TransformerEngine commits each tag's requirements/manifest.json pins, taken as its
-container's, but 25.02's TE: v2.2.0's build installs no TE of its own, so the PyTorch 25.01 base's (1.14; `_RELEASES`).
-Where the table's sizes differ from that release's csv they are taken (they are what ran), as noted.
+helpers.py `set_primary_perf_configs` (sequence parallel where TP > 1; parameter gathers with the optimizer step
+where DP, PP and VP exceed 1; from v2.3.0 TE's fused cross-entropy, `enable_cuda_graph` from the
+recommended_model_configs csv, Megatron FSDP (`optim_grads_params`, no gradient accumulation fusion, no FP8
+parameter gathers, no deferred embedding gradient); FP8: v2.2.0 `bf16_with_fp8_mixed` (delayed scaling, hybrid, amax
+history 1024, FP8 parameters), v2.3.0/v2.4.0 `--fp8_recipe cs`: `bf16_with_fp8_current_scaling_mixed` with
+first_last_layers_bf16 False; grad_reduce_in_fp32 False), nemo/collections/llm/recipes/<model>.py
+`pretrain_performance_optimizations` (TP communication overlap with the script's userbuffers config,
+`defer_embedding_wgrad_compute` and its deferral limit) and `trainer` (the distributed optimizer with overlapped
+gradient reduce and parameter gather, check_for_nan_in_grad True, which v2.4.0's helpers.py turns off),
+recipes/tp_overlap_configs/userbuffers.py (every B200 FP8 config used here: proj_fprop and fc2_fprop as
+ring-exchange, the bulk methods with set_sm_margin False; v2.2.0's H100 GPT-3 one pipelines proj_fprop),
+gpt/model/llama.py and gpt/model/base.py (the models). Releases: the Megatron-LM and TransformerEngine commits each
+tag's requirements/manifest.json pins, taken as its container's, but 25.02's TE: v2.2.0's build installs no TE of
+its own, so the PyTorch 25.01 base's (1.14; `_RELEASES`). Where the table's sizes differ from that release's csv
+they are taken (they are what ran), as noted.
 """
 
 from __future__ import annotations
@@ -61,8 +63,13 @@ _CUDNN_BOUND = "9.11.0.98"
 # embeddings; the recipe's MockDataModule tokenizer (GPT-2 BPE, 50,257 tokens)
 GPT3_175B = gpt_spec(12288, 96, 96, vocab_size=50257, dropout=0.0)
 
+# The userbuffers methods of the B200 FP8 configs (and, from NVIDIA/NeMo 8f3e86df5a "ub fp8 h100 fixes", 2025-04-22,
+# the H100 FP8 ones): proj_fprop and fc2_fprop RingExchangeOverlapCfg, the bulk GEMMs set_sm_margin False
+_RING_FPROPS = {"proj_fprop": "ring_exchange", "fc2_fprop": "ring_exchange"}
+
 # (release, label, spec, GPUs, GBS, MBS, sequence, parallel, device, tokens/s, options, notes); options: "defer" (the
-# recipe's wgrad_deferral_limit), "ub" (TP overlap), "graphs" (the csv's cuda_graphs), "fsdp"
+# recipe's wgrad_deferral_limit), "ub" (TP overlap; "ub_methods" / "ub_sm_margin" where the config's differ from
+# `_RING_FPROPS`), "graphs" (the csv's cuda_graphs), "fsdp"
 _ROWS: tuple[tuple[Any, ...], ...] = (
     # ---- 25.02, DGX-B200 (v2.2.0)
     ("25.02", "GPT3 175B FP8 TP4 PP4 VP6 MBS2 (512 B200)", GPT3_175B, 512, 2048, 2, 2048, {"tp": 4, "pp": 4, "vp": 6},
@@ -76,9 +83,12 @@ _ROWS: tuple[tuple[Any, ...], ...] = (
     ("25.02", "Llama 3.1 405B FP8 TP4 PP8 CP2 VP8 (128 B200)", LLAMA3_405B, 128, 64, 1, 8192,
      {"tp": 4, "pp": 8, "cp": 2, "vp": 8}, "b200", 625.0, {"defer": 50, "ub": True, "layout": _405B_LAYOUT},
      ("the table's 128 GPUs, PP 8, VP 8, GBS 64 (v2.2.0's csv: 144, 9, 7, 36)",)),
-    # ---- 25.02, DGX-H100: the csv's row as it stands; userbuffers_fp8_h100_h12288_tp4_mbs1_seqlen2048
+    # ---- 25.02, DGX-H100: the csv's row as it stands; userbuffers_fp8_h100_h12288_tp4_mbs1_seqlen2048 (v2.2.0):
+    # proj_fprop PipelineOverlapCfg (num_sm 24, 4 splits, set_sm_margin True), fc2_fprop RingExchangeOverlapCfg, the
+    # bulk GEMMs set_sm_margin False: the pipeline's margin taken for both (ppb has one; as `ppb import megatron` does)
     ("25.02", "GPT3 175B FP8 TP4 PP8 VP6 MBS2 (512 H100)", GPT3_175B, 512, 2048, 2, 2048, {"tp": 4, "pp": 8, "vp": 6},
-     "h100-80gb", 866.0, {"defer": 50, "ub": True}, ()),
+     "h100-80gb", 866.0, {"defer": 50, "ub": True, "ub_methods": {"fc2_fprop": "ring_exchange"}, "ub_sm_margin": True},
+     ()),
     # ---- 25.04, DGX-GB200 (v2.3.0): the csv's rows, CUDA graphs where it sets them
     ("25.04", "GPT3 175B FP8 TP4 PP4 VP12 MBS2 (128 GB200)", GPT3_175B, 128, 256, 2, 2048,
      {"tp": 4, "pp": 4, "vp": 12}, "gb200", 1804.0, {"defer": 50, "ub": True, "graphs": True}, ()),
@@ -162,15 +172,17 @@ def _run(
             "cross_entropy_fusion": True,  # GPTConfig cross_entropy_loss_fusion
             **({"cross_entropy_fusion_impl": "te"} if release != "25.02" else {}),
             "rope_fusion": spec.get("position_embedding", "rope") == "rope",
-            "check_for_nan_in_grad": True,
+            # the recipes' DDP config sets it; v2.4.0's helpers.py `set_perf_optimization_configs` turns it off
+            # (NVIDIA/NeMo 26320a72ac, "Disable local gradient checker in performance scripts", 2025-05-30)
+            "check_for_nan_in_grad": release != "25.07",
             # gpt_data_step: every rank reads its own batch; MockDataModule builds no mask under TE
             "batch_broadcast": False,
             "attention_mask_in_dataloader": False,
             "overlap": {"dp": 1.0, "param_gather": 1.0, "tp": 1.0 if options.get("ub") else 0.0},
             **(
                 {
-                    "tp_comm_overlap_methods": {"proj_fprop": "ring_exchange", "fc2_fprop": "ring_exchange"},
-                    "ub_sm_margin": False,
+                    "tp_comm_overlap_methods": options.get("ub_methods", _RING_FPROPS),
+                    "ub_sm_margin": options.get("ub_sm_margin", False),
                 }
                 if options.get("ub")
                 else {}

@@ -150,6 +150,13 @@ _LLAMA_ROWS: tuple[tuple[Any, ...], ...] = (
 # MCore's enable_cuda_graph, the local graphs; Megatron FSDP `optim_grads_params`, no FP8 transpose cache; recompute
 # and CPU offloading as the matrix names them), comm_overlap.py `_get_optimizer_overlap_cfgs` (the gathers with the
 # optimizer step left False: its True is commented out at v0.1.0rc3).
+# run_script.py builds the 70B and 405B from their recipes without a comm_overlap config, so the recipes' own stands
+# (src/megatron/bridge/recipes/llama/llama3_70b.py and llama31_405b.py `pretrain_config`, `if cfg.comm_overlap is None`:
+# defer_embedding_wgrad_compute with wgrad_deferral_limit 22 / 50; the 8B's sets neither), but under Megatron FSDP,
+# which `set_megatron_fsdp_overrides` turns it off for. From v0.2.0 the presets pass their own CommOverlapConfig
+# without it (recipes/llama/llama3.py `llama3_70b_pretrain_config`, `llama31_405b_pretrain_config`).
+_DEFER_70B = {"defer_embedding_wgrad_compute": True, "wgrad_deferral_limit": 22}
+_DEFER_405B = {"defer_embedding_wgrad_compute": True, "wgrad_deferral_limit": 50}
 # (label, spec, GPUs, GBS, MBS, parallel, device, tokens/s per GPU, options, training words)
 _ROWS_2509: tuple[tuple[Any, ...], ...] = (
     # gb200 num_gpus_8: MBS 2, CUDA graphs (fp8_cs and fp8_mx alike)
@@ -160,27 +167,27 @@ _ROWS_2509: tuple[tuple[Any, ...], ...] = (
     ("Llama 3 70B FP8 FSDP (64 GB200)", LLAMA31_70B, 64, 128, 2, {}, "gb200", 3986.0, {"fsdp": True},
      {"cpu_offloading_num_layers": 40}),
     ("Llama 3 70B MXFP8 TP2 PP4 VP5 (64 GB200)", LLAMA31_70B, 64, 128, 1, {"tp": 2, "pp": 4, "vp": 5}, "gb200", 3546.0,
-     {"fp8_recipe": "mxfp8"}, {}),
+     {"fp8_recipe": "mxfp8"}, _DEFER_70B),
     # gb200 num_gpus_128: fp8_cs TP 2, Megatron FSDP, CPU offloading of 95 layers; fp8_mx TP 4, PP 8, CP 2, VP 8
     ("Llama 3.1 405B FP8 FSDP TP2 (128 GB200)", LLAMA3_405B, 128, 64, 1, {"tp": 2}, "gb200", 729.0, {"fsdp": True},
      {"cpu_offloading_num_layers": 95}),
     ("Llama 3.1 405B MXFP8 TP4 PP8 CP2 VP8 (128 GB200)", LLAMA3_405B, 128, 64, 1, {"tp": 4, "pp": 8, "cp": 2, "vp": 8},
-     "gb200", 578.0, {"fp8_recipe": "mxfp8", "layout": _405B_LAYOUT}, {}),
+     "gb200", 578.0, {"fp8_recipe": "mxfp8", "layout": _405B_LAYOUT}, _DEFER_405B),
     # b200 num_gpus_8: MBS 2, CUDA graphs; num_gpus_128: TP 4, PP 8, CP 2, VP 8 (fp8_cs and fp8_mx alike)
     ("Llama 3 8B FP8 (8 B200)", _LLAMA3_8B, 8, 128, 2, {}, "b200", 29994.0, {"graphs": True}, {}),
     ("Llama 3 8B MXFP8 (8 B200)", _LLAMA3_8B, 8, 128, 2, {}, "b200", 29388.0, {"graphs": True, "fp8_recipe": "mxfp8"},
      {}),
     ("Llama 3.1 405B FP8 TP4 PP8 CP2 (128 B200)", LLAMA3_405B, 128, 64, 1, {"tp": 4, "pp": 8, "cp": 2, "vp": 8},
-     "b200", 664.0, {"layout": _405B_LAYOUT}, {}),
+     "b200", 664.0, {"layout": _405B_LAYOUT}, _DEFER_405B),
     ("Llama 3.1 405B MXFP8 TP4 PP8 CP2 (128 B200)", LLAMA3_405B, 128, 64, 1, {"tp": 4, "pp": 8, "cp": 2, "vp": 8},
-     "b200", 622.0, {"fp8_recipe": "mxfp8", "layout": _405B_LAYOUT}, {}),
+     "b200", 622.0, {"fp8_recipe": "mxfp8", "layout": _405B_LAYOUT}, _DEFER_405B),
     # h100 num_gpus_8 fp8_cs: Megatron FSDP, CP 1, MBS 1; num_gpus_64: TP 4, PP 8, VP 5; num_gpus_1024: TP 8, PP 8,
     # CP 2, VP 8, GBS 512
     ("Llama 3 8B FP8 FSDP (8 H100)", _LLAMA3_8B, 8, 128, 1, {}, "h100-80gb", 14079.0, {"fsdp": True}, {}),
     ("Llama 3 70B FP8 TP4 PP8 (64 H100)", LLAMA31_70B, 64, 128, 1, {"tp": 4, "pp": 8, "vp": 5}, "h100-80gb", 1619.0,
-     {}, {}),
+     {}, _DEFER_70B),
     ("Llama 3.1 405B FP8 TP8 PP8 CP2 (1024 H100)", LLAMA3_405B, 1024, 512, 1, {"tp": 8, "pp": 8, "cp": 2, "vp": 8},
-     "h100-80gb", 302.0, {"layout": _405B_LAYOUT}, {}),
+     "h100-80gb", 302.0, {"layout": _405B_LAYOUT}, _DEFER_405B),
 )  # fmt: skip
 
 # The Qwen3 rows (sequence 4096): configs/qwen/qwen3_workload_base_configs.py `QWEN3_30B_A3B_PRETRAIN_CONFIG_<GPU>_

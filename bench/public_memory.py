@@ -291,6 +291,126 @@ def _megatron_moe_layout_rows() -> list[MeasuredPeak]:
     ]
 
 
+# gpt/gpt3_15b_8t_release_sm{,_gb200}/model_config.yaml (Megatron's release tests: a Nemotron-4-like 15B): 32
+# layers, h 6144, 48 heads in 8 query groups, squared-ReLU MLP of 4h, LayerNorm-1P, RoPE on half the head
+# (--rotary-percent 0.5), no biases, no dropout, untied embeddings, the nemotron_2_256k tokenizer (256000 entries,
+# divisible by 128·tp), sequence 4096, micro-batch 4, distributed optimizer with both overlaps, SP.
+NEMOTRON_15B: dict[str, Any] = {
+    "vocab_size": 256000,
+    "hidden_size": 6144,
+    "num_layers": 32,
+    "num_attention_heads": 48,
+    "num_key_value_heads": 8,
+    # --squared-relu: megatron/core/activations.py `squared_relu`, pow(relu(x), 2) under jit_fuser, keeps two
+    # 4h tensors as ReLU's pricing does (compiled: fc1's output for the backward and the square for fc2; eager:
+    # relu's output, which relu and pow both save, and the square)
+    "intermediate_size": 4 * 6144,
+    "activation": "relu",
+    "norm": "layernorm",
+    "norm_bias": True,
+    "tied_embeddings": False,
+    "position_embedding": "rope",
+    "max_position_embeddings": 4096,
+    "attention_bias": False,
+    "attention_output_bias": False,
+    "mlp_bias": False,
+    "attention_dropout": 0.0,
+    "hidden_dropout": 0.0,
+}
+
+
+def _release_15b_run(gpu: str, tp: int, pp: int, dp: int, release: dict[str, str]) -> dict[str, Any]:
+    """The release case on *gpu*: H100 and A100 (gpt3_15b_8t_release_sm) TP8 with --no-rope-fusion; GB200
+    (gpt3_15b_8t_release_sm_gb200) TP4 PP2 with 4 chunks of 8 layers, --tp-comm-overlap,
+    --cross-entropy-loss-fusion (native) and the rope fusion on. The global batch is the
+    --step-batch-size-schedule's first, 384: the _sm runs stop at 13000 iterations, 20B tokens, before its
+    200B step."""
+    gb200 = gpu == "gb200"
+    return {
+        "name": f"megatron-gpt3-15b-8t-release-sm-{gpu}",
+        "framework": "megatron",
+        "framework_release": release,
+        "models": [{"name": "gpt", "spec": NEMOTRON_15B, "pad_vocab_multiple": 128}],
+        "parallel": {
+            "dp": dp,
+            "tp": tp,
+            "pp": pp,
+            "sequence_parallel": True,
+            "zero": 1,
+            **({"vpp": 2, "schedule": "interleaved"} if pp > 1 else {}),
+        },
+        "training": {
+            "seq_length": 4096,
+            "micro_batch_size": 4,
+            "micro_batches": 384 // (4 * dp),
+            "dtype": "bf16",
+            "flash_attention": True,
+            "optimizer": "adam",
+            **({} if gb200 else {"rope_fusion": False}),
+        },
+        "device": {"name": GPU_DEVICES[gpu], "reserved_mb": 0},
+        "timing": {
+            "transformer_impl": "transformer_engine",
+            "gradient_accumulation_fusion": True,
+            "deterministic": False,
+            "cross_entropy_fusion": gb200,
+            "log_params_norm": True,  # --log-params-norm, --log-num-zeros-in-grad
+            "log_num_zeros_in_grad": True,
+            "rope_fusion": gb200,
+            "overlap": {"dp": 1.0, "param_gather": 1.0, "tp": 1.0 if gb200 else 0.0},
+        },
+    }
+
+
+GPU_DEVICES = {"h100": "h100-80gb", "a100": "a100-80gb", "gb200": "gb200"}
+
+
+def _megatron_release_rows() -> list[MeasuredPeak]:
+    """Megatron's release runs of the 15B (`_release_15b_run`), each golden file's last logged peak (iteration
+    12715 or 13000), after-step memory and first iteration. The node count of a release run is not in the
+    repository (its recipes live in a private submodule, tests/functional_tests/local_recipes at 3230340fcc):
+    each row takes the data-parallel size whose after-step memory, the optimizer's shards over dp, matches the
+    file's own, and says so; the peak, iteration 1 and the seconds are not used to choose it."""
+    # (gpu, golden file, tp, pp, dp, release, last mem-max-allocated-bytes, mem-allocated-bytes, iteration 1's
+    # mem-max-allocated-bytes, the dp choice)
+    cases = (
+        ("h100", "gpt3_15b_8t_release_sm/golden_values_dev_dgx_h100.json", 8, 1, 32,
+         # 6657173fd7 (2026-03-12) measured it; its CI image's uv.lock pins transformer-engine 2.13.0
+         {"megatron_core": "2026-03-12", "transformer_engine": "2.13"},
+         28160194560, 13269043200, 27658764288,
+         "dp 32 (256 GPUs, not published): ppb's after-step memory is -0.1% at dp 32, +5.4% at 16"),
+        ("a100", "gpt3_15b_8t_release_sm/golden_values_lts_dgx_a100.json", 8, 1, 32,
+         # cb12e3dea4 (2025-04-04) measured it in the LTS image, built on NGC PyTorch 24.01 (.gitlab/stages/
+         # 01.build.yml): PyTorch 2.2.0a0 and Transformer Engine 1.2 (any TE before 2025-03 prices the same)
+         {"megatron_core": "2025-04-04", "transformer_engine": "1.2", "pytorch": "2.2"},
+         28391712768, 12698492928, 27893811200,
+         "dp 32 (256 GPUs, not published): ppb's after-step memory is -0.1% at dp 32, +5.7% at 16"),
+        ("gb200", "gpt3_15b_8t_release_sm_gb200/golden_values_dev_dgx_gb200.json", 4, 2, 16,
+         # a50252b6ad (2026-06-18) measured it; its uv.lock pins transformer-engine 2.16.0
+         {"megatron_core": "2026-06-18", "transformer_engine": "2.16"},
+         42639351808, 14700898304, 41662402560,
+         "dp 16 (128 GPUs, not published): ppb's after-step memory is +0.0% at dp 16, +10.0% at 8; at dp 32 the "
+         "3 micro-batches leave a group of 1 for pp 2, which Megatron refuses"),
+    )  # fmt: skip
+    return [
+        MeasuredPeak(
+            f"Megatron 15B release TP{tp} PP{pp} ({gpu.upper()}{', LTS image' if 'lts' in file else ''})",
+            f"{MEGATRON_TESTS}/gpt/{file}",
+            _release_15b_run(gpu, tp, pp, dp, release),
+            stage=pp - 1,
+            measured_gib=peak / GIB,
+            after_step_bytes=after_step,
+            first_iteration_bytes=first,
+            assumptions=(
+                dp_choice,
+                "global batch 384 (the step-batch schedule's first)",
+                "--rotary-percent 0.5 priced as full RoPE",
+            ),
+        )
+        for gpu, file, tp, pp, dp, release, peak, after_step, first, dp_choice in cases
+    ]
+
+
 # torchtitan 9dec370 (the December 2024 file's runs) compiles the blocks, not the loss: train.py leaves
 # `torch.compile(loss_fn)` commented out ("compiling loss function causes CUDA errors").
 COMPILED_9DEC370: dict[str, Any] = {"torch_compile": True, "compile_loss": False}
@@ -468,6 +588,7 @@ def measured_peaks() -> list[MeasuredPeak]:
         *_megatron_loss_fusion_rows(),
         *_megatron_moe_rows(),
         *_megatron_moe_layout_rows(),
+        *_megatron_release_rows(),
         *_torchtitan_rows(),
         *_torchtitan_scale_rows(),
         *_torchtitan_h200_rows(),

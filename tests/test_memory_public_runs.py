@@ -81,3 +81,34 @@ def test_the_stream_pools_of_the_8_gpu_december_row(bench):
     assert bench.predicted_gib(row)[1] == "loss"
     assert bench.stream_pools_gib(row) == pytest.approx(6_116_485_120 / 2**30, rel=1e-12)
     assert all(bench.stream_pools_gib(r) is None for r in bench.measured_peaks() if r.allocated)
+
+
+def test_the_15b_release_rows_are_the_golden_files(bench):
+    # gpt3_15b_8t_release_sm golden_values_dev_dgx_h100.json / _lts_dgx_a100.json (iteration 12715) and
+    # gpt3_15b_8t_release_sm_gb200 golden_values_dev_dgx_gb200.json (iteration 13000): mem-max-allocated-bytes,
+    # mem-allocated-bytes, iteration 1's mem-max-allocated-bytes; micro-batch 4 of a global 384 over dp
+    rows = [row for row in bench.measured_peaks() if row.name.startswith("Megatron 15B release")]
+    found = sorted(
+        (
+            bench.config(r).device.name,
+            round(r.measured_gib * 2**30),
+            r.after_step_bytes,
+            r.first_iteration_bytes,
+            (bench.config(r).parallel.tp, bench.config(r).parallel.pp, bench.config(r).parallel.dp),
+            bench.config(r).training.micro_batches,
+        )
+        for r in rows
+    )
+    assert found == [
+        ("a100-80gb", 28391712768, 12698492928, 27893811200, (8, 1, 32), 3),  # 384 / (4 · 32)
+        ("gb200", 42639351808, 14700898304, 41662402560, (4, 2, 16), 6),  # 384 / (4 · 16)
+        ("h100-80gb", 28160194560, 13269043200, 27658764288, (8, 1, 32), 3),
+    ]
+    for row in rows:
+        run = bench.config(row)
+        spec = run.models[0].spec
+        assert (spec.num_layers, spec.hidden_size, spec.num_attention_heads, spec.num_key_value_heads) == (
+            32, 6144, 48, 8,
+        )  # fmt: skip
+        assert (spec.vocab_size, spec.tied_embeddings, run.training.seq_length) == (256000, False, 4096)
+        assert run.parallel.zero == 1 and run.parallel.sequence_parallel and row.stage == run.parallel.pp - 1

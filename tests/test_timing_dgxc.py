@@ -119,6 +119,14 @@ def test_nemo2_rows_run_the_scripts_defaults(public, nemo2):
     # userbuffers_fp8_b200_h16384_tp4_cp2_mbs1_seqlen8192 (GB200's): ring-exchange proj_fprop and fc2_fprop
     run = public.config(nemo2["dgxc v25.05.05 25.04.01 Llama 3.1 405B TP4 PP8 CP2 VP8 FP8 (128 GB200)"])
     assert run.timing.tp_comm_overlap_methods == {"proj_fprop": "ring_exchange", "fc2_fprop": "ring_exchange"}
+    # NeMo 6f2c6fdaff (v25.05.05) holds 8f3e86df5a "ub fp8 h100 fixes": userbuffers_fp8_h100_h16384_tp8_cp2_mbs1_
+    # seqlen8192 there is RingExchangeOverlapCfg for proj_fprop and fc2_fprop, its bulk GEMMs set_sm_margin=False
+    h100 = public.config(nemo2["dgxc v25.05.05 25.04.01 Llama 3.1 405B TP8 PP8 CP2 VP8 FP8 (512 H100)"])
+    assert h100.timing.tp_comm_overlap_methods == {"proj_fprop": "ring_exchange", "fc2_fprop": "ring_exchange"}
+    assert h100.timing.ub_sm_margin is False
+    # ... while its BF16 config still pipelines both with set_sm_margin=True: ppb's defaults
+    h100 = public.config(nemo2["dgxc v25.05.05 25.04.01 Llama 3.1 405B TP8 PP8 CP2 VP8 BF16 (512 H100)"])
+    assert (h100.timing.tp_comm_overlap_methods, h100.timing.ub_sm_margin) == ({}, True)
     # launch.sh: 128 GB200, TP 4 PP 8 CP 2: DP 2, GBS 64: 32 micro-batches; TE's fused cross-entropy at 6f2c6fdaff
     assert (run.parallel.dp, run.training.micro_batches, run.timing.cross_entropy_fusion_impl) == (2, 32, "te")
     # d2b21556f2's set_primary_perf_configs sets no cross_entropy_fusion_impl (the native fusion)

@@ -105,7 +105,16 @@ def test_archive_25_09_rows_take_v0_1_0rc3s_perf_matrix(public, rows):
     # the 25.09 container (Megatron-Bridge docs/releases/software-versions.md at v0.2.0): cuDNN 9.11, below 9.17
     assert run.timing.cudnn_version == (9, 11)
     # llama3_8b_llm_pretrain.yaml gb200: MBS 2 with cuda_graphs (MCore's enable_cuda_graph: the local graphs)
-    assert public.config(rows["NeMo 25.09 Llama 3 8B FP8 (8 GB200)"]).timing.cuda_graph_impl == "local"
+    eight = public.config(rows["NeMo 25.09 Llama 3 8B FP8 (8 GB200)"])
+    assert eight.timing.cuda_graph_impl == "local"
+    # run_script.py passes no comm_overlap config, so recipes/llama/llama31_405b.py's own stands: the output layer's
+    # weight gradients deferred, limit 50 (llama3_70b.py: 22; llama3_8b.py: none); set_megatron_fsdp_overrides
+    # turns it off under Megatron FSDP
+    deferred = public.config(rows["NeMo 25.09 Llama 3.1 405B FP8 TP4 PP8 CP2 (128 B200)"]).training
+    assert deferred.defer_embedding_wgrad_compute and deferred.wgrad_deferral_limit == 50
+    deferred = public.config(rows["NeMo 25.09 Llama 3 70B FP8 TP4 PP8 (64 H100)"]).training
+    assert deferred.defer_embedding_wgrad_compute and deferred.wgrad_deferral_limit == 22
+    assert not run.training.defer_embedding_wgrad_compute and not eight.training.defer_embedding_wgrad_compute
 
 
 def test_archive_fsdp_rows_offload_as_their_presets(public, rows):
@@ -179,4 +188,13 @@ def test_nemo2_rows_take_each_releases_recipe(public):
     assert (fsdp.timing.fp8_recipe, fsdp.parallel.devices_per_node) == ("tensorwise", 64)
     # the csv's cuda_graphs on GB200: MCore's enable_cuda_graph, the local per-layer graphs
     assert public.config(rows["NeMo 25.04 Llama 3 8B FP8 (8 GB200)"]).timing.cuda_graph_impl == "local"
+    # v2.4.0 (25.07) helpers.py `set_perf_optimization_configs`: ddp.check_for_nan_in_grad = False (v2.3.0 sets none)
+    assert not public.config(rows["NeMo 25.07 Llama 3 8B FP8 (8 GB200)"]).timing.check_for_nan_in_grad
+    assert public.config(rows["NeMo 25.04 Llama 3 8B FP8 (8 GB200)"]).timing.check_for_nan_in_grad
+    # v2.2.0's userbuffers_b200 FP8 configs ring-exchange proj_fprop and fc2_fprop, bulk set_sm_margin False ...
+    assert (run.timing.tp_comm_overlap_methods["proj_fprop"], run.timing.ub_sm_margin) == ("ring_exchange", False)
+    # ... but userbuffers_fp8_h100_h12288_tp4_mbs1_seqlen2048 pipelines proj_fprop (PipelineOverlapCfg num_sm 24,
+    # num_splits 4, set_sm_margin True; TE's default method) and ring-exchanges fc2_fprop only
+    h100 = public.config(rows["NeMo 25.02 GPT3 175B FP8 TP4 PP8 VP6 MBS2 (512 H100)"])
+    assert h100.timing.tp_comm_overlap_methods == {"fc2_fprop": "ring_exchange"} and h100.timing.ub_sm_margin
     assert public.over_device(list(rows.values())) == []
