@@ -241,6 +241,29 @@ def torchtitan_batch(training: dict, parallelism: dict, dp: int) -> tuple[int, i
 MINDSPORE_SCHEDULERS = {"1f1b", "gpipe", "seqpipe", "seqvpp", "seqsmartvpp"}
 
 
+# mindformers/modules/transformer/transformer.py (fd4deebc): `TransformerOpParallelConfig.__init__`'s keywords and
+# `ContextParallelAlgo`'s values
+MINDFORMERS_PARALLEL_CONFIG = {
+    "data_parallel",
+    "model_parallel",
+    "context_parallel",
+    "expert_parallel",
+    "pipeline_stage",
+    "micro_batch_num",
+    "seq_split_num",
+    "recompute",
+    "use_seq_parallel",
+    "optimizer_shard",
+    "gradient_aggregation_group",
+    "vocab_emb_dp",
+    "context_parallel_algo",
+    "ulysses_degree_in_cp",
+    "mem_coeff",
+    "swap",
+}
+MINDFORMERS_CP_ALGORITHMS = {"colossalai_cp", "ulysses_cp", "hybrid_cp"}
+
+
 def mindformers_problems(document: dict, *, num_layers: int) -> list[str]:
     """MindFormers' (and MindSpore's) objections to a training yaml's pipeline keys (empty: it runs them).
 
@@ -250,7 +273,8 @@ def mindformers_problems(document: dict, *, num_layers: int) -> list[str]:
     (fd4deebc): pp = parallel_config.pipeline_stage; pp_interleave_num (model_config, default 1 from
     configuration_utils.py) only when MindSpore's pipeline_interleave is on, else 1; `_check_inputs`: the
     offset's last axis pp, its second-last (when 2-D) pp_interleave_num, its sum num_layers mod (pp × that);
-    the cells' layers avg + offset (avg = num_layers // (pp × chunks))."""
+    the cells' layers avg + offset (avg = num_layers // (pp × chunks)); `parallel_config` keys
+    TransformerOpParallelConfig takes, `context_parallel_algo` one of `ContextParallelAlgo`'s."""
     problems: list[str] = []
     parallel = document.get("parallel") or {}
     pipeline = parallel.get("pipeline_config")
@@ -268,7 +292,14 @@ def mindformers_problems(document: dict, *, num_layers: int) -> list[str]:
             problems.append(f"pipeline_scheduler {pipeline['pipeline_scheduler']!r}")
         elif not interleave and pipeline["pipeline_scheduler"] != "1f1b":
             problems.append("a scheduler but 1f1b without pipeline_interleave")
-    pp = (document.get("parallel_config") or {}).get("pipeline_stage", 1)
+    parallel_config = document.get("parallel_config") or {}
+    unknown = set(parallel_config) - MINDFORMERS_PARALLEL_CONFIG
+    if unknown:
+        problems.append(f"parallel_config: {sorted(unknown)} not TransformerOpParallelConfig's")
+    algo = parallel_config.get("context_parallel_algo", "colossalai_cp")
+    if algo not in MINDFORMERS_CP_ALGORITHMS:
+        problems.append(f"context_parallel_algo {algo!r}")
+    pp = parallel_config.get("pipeline_stage", 1)
     model_config = (document.get("model") or {}).get("model_config") or {}
     chunks = (model_config.get("pp_interleave_num") or 1) if interleave else 1
     offset = model_config.get("offset", document.get("offset", 0))

@@ -15,6 +15,7 @@ import json
 import subprocess
 import sys
 import tomllib
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -180,6 +181,10 @@ def test_mindformers_rules_refuse_what_mindformers_refuses() -> None:
     assert mindformers_problems(gpipe, num_layers=8)
     # the offsets' sum: 9 layers over pp 2 × 2 chunks leave 1
     assert mindformers_problems(_merged(with_v, {}), num_layers=9)
+    # parallel_config: TransformerOpParallelConfig's keywords, ContextParallelAlgo's values
+    assert mindformers_problems({"parallel_config": {"context_parallel_algo": "ring"}}, num_layers=8)
+    assert mindformers_problems({"parallel_config": {"sequence_parallel": True}}, num_layers=8)
+    assert not mindformers_problems({"parallel_config": {"context_parallel_algo": "ulysses_cp"}}, num_layers=8)
 
 
 def test_torchtitans_batch_rules_refuse_what_torchtitan_refuses() -> None:
@@ -315,6 +320,11 @@ def test_the_searchs_mindformers_files_are_accepted(written) -> None:
         assert problems == [], (entry.strategy.label(spec), document, problems)
         chunks.add(entry.strategy.vpp)
     assert 2 in chunks, chunks  # an interleaved strategy among them
+    # a strategy at cp 2 of each variant MindFormers runs, as the file would say it
+    for variant in ("ring", "ulysses"):
+        strategy = replace(result.ranked[0].strategy, cp=2, cp_variant=variant)
+        document = mindformers_settings(strategy, result.ranked[0].plan)
+        assert mindformers_problems(document, num_layers=spec.total_body_layers) == [], (variant, document)
 
 
 @pytest.mark.parametrize(
