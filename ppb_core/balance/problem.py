@@ -52,6 +52,9 @@ class BalanceInput:
     # Time by the op graph even where torch walks the lock step (`lock_step`): the lock step only adds waits
     # to the op graph's precedences where pp divides m, so a bound solved here bounds it (`program._none_floor`)
     op_graph: bool = False
+    # torchtitan's every-N-th-block setting (`torchtitan_settings.EveryNth`) is one its release runs: gone
+    # from 114151ad4 (2026-03-23; releases `torchtitan_op_sac_only`), so not offered to such a run's plan
+    every_nth: bool = True
 
     def __post_init__(self) -> None:
         for name, value in (
@@ -272,6 +275,7 @@ class BalanceInput:
             self.mtp_apart,
             self.group,
             self.workspace,
+            every_nth=self.every_nth,
         )
 
     def describe(self) -> dict[str, object]:
@@ -364,6 +368,7 @@ def run_problem(
         sum(getattr(run.spec(name), "mtp_layers", 0) for name in run.model_names),
         group=group,
         workspace=workspace,
+        every_nth=not (run.framework == "torchtitan" and run.framework_release.holds("torchtitan_op_sac_only")),
     )
 
 

@@ -675,7 +675,7 @@ def _torchtitan(
     chunk a rank. Not solved, as no plan under them beats the best so far: those whose forced blocks leave no
     split of the layers over the ranks within it (`_every_nth_split`), and those whose N layers on one rank
     take longer, whose faster plans recompute no block (`_rank_layers_floor`)."""
-    candidates = torchtitan_settings(problem.options, _rank_cap(problem))
+    candidates = torchtitan_settings(problem.options, _rank_cap(problem), problem.every_nth)
     own = [setting for setting in candidates if not (setting.rank_wide and problem.chunks > 1)]
     best: tuple[Solution, Setting] | None = None
     notes: list[str] = []

@@ -34,7 +34,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ppb_core.balance.torchtitan_settings import op_policy, toml_keys
-from ppb_core.config.run import RunConfig
+from ppb_core.config.run import FrameworkRelease, RunConfig
 
 # torchtitan v0.2.2 distributed/pipeline_parallel.py `pipeline_llm`: a job's `pipeline_parallel_layers_per_stage` K
 # sets ceil((layers + 2) / K) stages, refused unless a multiple of the degree with one a rank for 1F1B and GPipe
@@ -43,6 +43,18 @@ from ppb_core.config.run import RunConfig
 LAYERS_PER_STAGE_OUT = (
     "# leave pipeline_parallel_layers_per_stage out of your [parallelism]: torchtitan checks the stages it gives "
     "against the schedule before it reads the parts above"
+)
+
+# torchtitan from 9810191bb (2026-02-23, #2386, config/manager.py `ConfigManager`; releases
+# `torchtitan_config_registry`) reads no job TOML: a job is a config_registry function with CLI overrides
+NO_TOML = (
+    "torchtitan {release} reads no job TOML (from 9810191bb, 2026-02-23: a job is a config_registry function "
+    "with CLI overrides): set the plan's module_fqns_per_model_part and activation_checkpoint in yours"
+)
+# torchtitan from 114151ad4 (2026-03-23, #2357; releases `torchtitan_op_sac_only`): no every-N-th-block setting
+NO_EVERY = (
+    "torchtitan {release} has no every-N-th-block setting (selective_ac_option gone in 114151ad4, 2026-03-23): "
+    "the plan's recompute is not expressible, only the split is"
 )
 
 # ppb's schedule (`problem.schedule_name`) → pipeline_parallel_schedule (torch.distributed.pipelining's names)
@@ -64,19 +76,23 @@ def module_fqns(layers_per_stage: Sequence[int]) -> list[list[str]]:
 
 
 def activation_checkpoint(
-    used: set[str], recompute: Any, setting: Mapping[str, Any] | None = None
+    used: set[str], recompute: Any, setting: Mapping[str, Any] | None = None, release: FrameworkRelease | None = None
 ) -> tuple[dict[str, str] | None, str | None]:
     """The `[activation_checkpoint]` keys for a plan running the options *used* (under the balancer's
-    torchtitan *setting*, when given: `recompute_setting`), or None and why not."""
+    torchtitan *setting*, when given: `recompute_setting`) as the run's torchtitan *release* names them
+    (unset: v0.2.2), or None and why not."""
+    release = release or FrameworkRelease()
+    op_only = release.holds("torchtitan_op_sac_only")
     if setting is not None:
-        return toml_keys(setting["name"], setting["num_layers"]), None
+        keys = toml_keys(setting["name"], setting["num_layers"], op_only)
+        return keys, None if keys is not None else NO_EVERY.format(release=release.torchtitan)
     if used <= {"NONE"}:
         return {"mode": "none"}, None
     if used == {"FULL"}:
         return {"mode": "full"}, None
     if used == {"SLCT"}:
         if op_policy(recompute):
-            return {"mode": "selective", "selective_ac_option": "op"}, None
+            return toml_keys("selective", 0, op_only), None
         return None, (
             "SLCT here is ppb's switch set; write training.recompute in torchtitan's words "
             "({mode: selective, option: op}) to plan with the policy torchtitan takes"
@@ -98,18 +114,33 @@ def batch_keys(micro_batch_size: int, micro_batches: int, dp: int) -> dict[str, 
 
 
 def torchtitan(
-    result: Mapping[str, Any], recompute: Any, batch: tuple[int, int] | None = None
+    result: Mapping[str, Any],
+    recompute: Any,
+    batch: tuple[int, int] | None = None,
+    release: FrameworkRelease | None = None,
 ) -> dict[str, Any] | None:
     """The `torchtitan` section of a balance result (None unless the problem is a torchtitan run's; at
     PP 1 its `[activation_checkpoint]` only), from the result's `input` and `cells`; *recompute* is the
     run's `training.recompute`, *batch* its (micro-batch size, data-parallel degree): without it the
-    lines say no batch."""
+    lines say no batch; *release* its `framework_release` (unset: v0.2.2): a release reading no TOML
+    gets no lines, the keys in the section and why in its note."""
+    said = _toml(result, recompute, batch, release or FrameworkRelease())
+    if said is None or not (release and release.holds("torchtitan_config_registry")):
+        return said
+    note = NO_TOML.format(release=release.torchtitan)
+    return {**said, "lines": None, "note": f"{note}; {said['note']}" if said.get("note") else note}
+
+
+def _toml(
+    result: Mapping[str, Any], recompute: Any, batch: tuple[int, int] | None, release: FrameworkRelease
+) -> dict[str, Any] | None:
+    """`torchtitan`'s section as v0.2.2's job TOML says it (the keys as *release* names them)."""
     given = result["input"]
     stages, chunks, schedule = given["stages"], given["interleave"], given["schedule"]
     if given.get("framework") != "torchtitan" or "cells" not in result:
         return None
     if stages < 2:
-        return _unsplit(result, recompute)
+        return _unsplit(result, recompute, release)
     if schedule not in SCHEDULE_NAMES:
         return {"lines": None, "note": f"the {schedule} schedule's V placement is not said in torchtitan's TOML"}
     if schedule == "gpipe" and chunks > 1:  # torchtitan's GPipe runs one stage a rank
@@ -121,7 +152,7 @@ def torchtitan(
     layers = [sum(cell["options"].values()) for cell in ordered]
     used = {option for cell in ordered for option, n in cell["options"].items() if n}
     fqns = module_fqns(layers)
-    ac, why = activation_checkpoint(used, recompute, result.get("recompute_setting"))
+    ac, why = activation_checkpoint(used, recompute, result.get("recompute_setting"), release)
     keys = None if batch is None else batch_keys(batch[0], given["micro_batches"], batch[1])
     lines = [
         "[parallelism]",
@@ -153,11 +184,11 @@ def torchtitan(
     return out
 
 
-def _unsplit(result: Mapping[str, Any], recompute: Any) -> dict[str, Any]:
+def _unsplit(result: Mapping[str, Any], recompute: Any, release: FrameworkRelease) -> dict[str, Any]:
     """PP 1: no split to say, only the plan's `[activation_checkpoint]`, which may not be the run's (a
     plan without recompute under a config that checkpoints: pasted nowhere, the config's own runs)."""
     used = {option for row in result["cells"] for cell in row for option, n in cell["options"].items() if n}
-    ac, why = activation_checkpoint(used, recompute, result.get("recompute_setting"))
+    ac, why = activation_checkpoint(used, recompute, result.get("recompute_setting"), release)
     out: dict[str, Any] = {
         "lines": None
         if ac is None
@@ -174,7 +205,9 @@ def _unsplit(result: Mapping[str, Any], recompute: Any) -> dict[str, Any]:
 def add_torchtitan(result: dict[str, Any], run: RunConfig) -> None:
     """The `torchtitan` section into a balance result of a torchtitan *run* (`ppb balance`, `ppb check`'s
     optimum, the chain's plan), beside `megatron`; nothing for any other."""
-    said = torchtitan(result, run.training.recompute, (run.training.micro_batch_size, run.parallel.dp))
+    said = torchtitan(
+        result, run.training.recompute, (run.training.micro_batch_size, run.parallel.dp), run.framework_release
+    )
     if said is not None:
         result["torchtitan"] = said
 

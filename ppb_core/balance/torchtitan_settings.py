@@ -92,28 +92,30 @@ def _ordinal(n: int) -> str:
     return f"{n}{suffix}"
 
 
-def settings(options: tuple[str, ...], most_layers: int) -> list[Setting]:
+def settings(options: tuple[str, ...], most_layers: int, every_nth: bool = True) -> list[Setting]:
     """torchtitan's settings over the options considered: none, selective op (SLCT), every N-th block
     for 2 ≤ N ≤ the most body layers a rank can hold, over all its chunks (larger N checkpoints none),
-    full last."""
+    full last; without *every_nth* (a release from 114151ad4 on: `torchtitan_op_sac_only`) no N-th."""
     found: list[Setting] = []
     if "NONE" in options:
         found.append(Setting("none"))
     if "SLCT" in options:
         found.append(Setting("selective"))
-    if "NONE" in options and "FULL" in options:
+    if every_nth and "NONE" in options and "FULL" in options:
         found += [EveryNth("every", n) for n in range(2, most_layers + 1)]
     if "FULL" in options:
         found.append(Setting("full"))
     return found
 
 
-def toml_keys(setting_name: str, num_layers: int) -> dict[str, str]:
-    """The `[activation_checkpoint]` keys of a setting (`Setting.name`, its N)."""
+def toml_keys(setting_name: str, num_layers: int, op_only: bool = False) -> dict[str, str] | None:
+    """The `[activation_checkpoint]` keys of a setting (`Setting.name`, its N); *op_only*: torchtitan from
+    114151ad4 (releases `torchtitan_op_sac_only`), whose selective is the op policy with no option key and
+    which has no every-N-th setting (None)."""
     if setting_name == "none":
         return {"mode": "none"}
     if setting_name == "full":
         return {"mode": "full"}
     if setting_name == "selective":
-        return {"mode": "selective", "selective_ac_option": "op"}
-    return {"mode": "selective", "selective_ac_option": str(num_layers)}
+        return {"mode": "selective"} if op_only else {"mode": "selective", "selective_ac_option": "op"}
+    return None if op_only else {"mode": "selective", "selective_ac_option": str(num_layers)}

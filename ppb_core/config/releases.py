@@ -334,6 +334,24 @@ CHANGES: dict[str, Change] = {
         "Megatron-Core's paged stash of the fused grouped MLP's saved tensors (#4247, moe/paged_stash.py) and the "
         "rank capacity that sizes HybridEP's buffers (moe_expert_rank_capacity_factor)",
     ),
+    "torchtitan_config_registry": Change(
+        TORCHTITAN,
+        "9810191bb",
+        "2026-02-23",
+        (0, 3),  # after v0.2.2 (2026-02-20), the newest tag: the next minor release
+        "torchtitan reads no job TOML: a job is a config_registry function (--module, --config) with CLI "
+        "overrides (#2386, config/manager.py `ConfigManager`, tomllib gone); before, `--job.config_file` TOML",
+    ),
+    "torchtitan_op_sac_only": Change(
+        TORCHTITAN,
+        "114151ad4",
+        "2026-03-23",
+        (0, 3),
+        "selective activation checkpointing is the per-op policy alone: `selective_ac_option` and "
+        "`_layer_sac_count` gone (#2357, config/configs.py `ActivationCheckpointConfig`, "
+        "distributed/activation_checkpoint.py), no every-N-th-block setting in its place; before, "
+        "`selective_ac_option = N` checkpointed a rank's blocks N, 2N, ... (`_apply_layer_sac`)",
+    ),
     "torchtitan_fused_qkv": Change(
         TORCHTITAN,
         "3396a4b37",

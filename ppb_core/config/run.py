@@ -43,6 +43,7 @@ from ppb_core.config.recompute import (
     Recompute,
     RecomputeForm,
     Switches,
+    TorchtitanRecompute,
     framework_words,
     resolve,
 )
@@ -2157,6 +2158,25 @@ def misplaced_release(framework: str, release: FrameworkRelease) -> tuple[str, s
     return None
 
 
+def _check_layer_sac(run: RunConfig, where: str) -> None:
+    """torchtitan from 114151ad4 (2026-03-23, #2357) has no every-N-th-block selective setting: its
+    `selective_ac_option` is gone and `mode = "selective"` is the per-op policy alone (releases
+    `torchtitan_op_sac_only`). A run of that code saying every N-th block (an N, or selective with no
+    option: v0.2.2's default, 2) asks for what it cannot run."""
+    recompute = run.training.recompute
+    if not isinstance(recompute, TorchtitanRecompute) or recompute.every is None:
+        return
+    if run.framework_release.holds("torchtitan_op_sac_only"):
+        raise InputError(
+            where,
+            "training.recompute",
+            f"selective_ac_option {recompute.every} (blocks {recompute.every}, {2 * recompute.every}, ... of a rank "
+            f"checkpointed) is gone from torchtitan {run.framework_release.torchtitan} (114151ad4, 2026-03-23, on): "
+            "selective is the per-op policy "
+            "alone; write {mode: selective, option: op}, or mode full",
+        )
+
+
 def _check_run(run: RunConfig, where: str) -> None:
     par, train = run.parallel, run.training
     release = run.framework_release
@@ -2176,6 +2196,7 @@ def _check_run(run: RunConfig, where: str) -> None:
         raise InputError(
             where, "training.recompute", f"{said} are {words}'s words; this run's framework is {run.framework}"
         )
+    _check_layer_sac(run, where)
     check_timing_words(run.framework, run.timing, where, flash_attention=train.flash_attention)
     check_mesh(run.device, par.devices_per_node, where)
     _check_tp_comm_overlap(run, where)

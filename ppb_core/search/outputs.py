@@ -254,7 +254,8 @@ def torchtitan_said(spec: SearchSpec, entry: Ranked) -> dict[str, Any] | None:
         return None
     run = validate(spec, entry.strategy)
     assert not isinstance(run, Refusal)  # it was ranked
-    said = torchtitan(entry.plan, run.training.recompute, (run.training.micro_batch_size, run.parallel.dp))
+    batch = (run.training.micro_batch_size, run.parallel.dp)
+    said = torchtitan(entry.plan, run.training.recompute, batch, run.framework_release)
     if said is None or not said.get("lines"):
         return said
     return {**said, "lines": with_degrees(spec, entry.strategy, said["lines"])}
