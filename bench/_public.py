@@ -296,15 +296,15 @@ def moe_mla_memory_speed_run() -> dict[str, Any]:
 
 
 def moe_mla_layout_run() -> dict[str, Any]:
-    """The same MoE-MLA model under selective recompute, a Megatron pipeline layout and the combined 1F1B
-    schedule (moe/gpt3_mcore_te_tp2_pp2_ep4_etp1_selective_recompute_experimental)."""
-    # moe/gpt3_mcore_te_tp2_pp2_ep4_etp1_selective_recompute_experimental/model_config.yaml: as the
-    # memory_speed case, but the first 3 layers dense (--moe-layer-freq ([0]*3+[1]*13)),
-    # --pipeline-model-parallel-layout Et*3|(tt|)*6tmL (rank 1, measured, holds 7 MoE layers, the MTP
-    # layer and the loss), --recompute-modules layernorm mla_up_proj mlp moe_act and
-    # --overlap-moe-expert-parallel-comm. The golden values were recorded no later than adc69dba2d
-    # (Oct 2025, "Removal of JET Artifacts" brought them in; the case is commented out of
-    # tests/test_utils/recipes/h100/moe.yaml since), the settings that change memory the same since.
+    """The same MoE-MLA model under selective recompute and a Megatron pipeline layout
+    (moe/gpt3_mcore_te_tp2_pp2_ep4_etp1_selective_recompute_experimental), as its golden values ran."""
+    # The case's model_config.yaml at c08d89bea0 (2025-08-17), the commit that recorded its golden values
+    # (adc69dba2d only moved them): as the memory_speed case, but the first 3 layers dense (--moe-layer-freq
+    # ([0]*3+[1]*13)), --pipeline-model-parallel-layout Et*3|(tt|)*6tL with --mtp-num-layers 1 (Megatron-Core
+    # then built the MTP layer on the last stage: Et*3|(tt|)*6tmL, rank 1, measured, holds 7 MoE layers, the
+    # MTP layer and the loss), --recompute-modules layernorm mla_up_proj mlp moe_act. Its
+    # --overlap-moe-expert-parallel-comm (the combined 1F1B schedule) came after the values, with d7bf5aaaa8
+    # (2025-08-26): not run. The case is commented out of tests/test_utils/recipes/h100/moe.yaml since.
     case = MOE_MLA_LAYOUT
     return {
         "name": f"megatron-{case}",
@@ -319,7 +319,6 @@ def moe_mla_layout_run() -> dict[str, Any]:
             "sequence_parallel": True,
             "zero": 1,
             "layout": "Et*3|(tt|)*6tmL",
-            "overlap_moe_expert_parallel_comm": True,
         },
         "training": {
             "seq_length": 4096,

@@ -458,7 +458,6 @@ def ci_case(spec: str) -> tuple[RunConfig, str, float]:
     a100 or gb200; PPB_MEGATRON_LM names the Megatron-LM repository): its run config, name and measured
     seconds (the median of its golden values' iteration times without iteration 1)."""
     import megatron_ci
-    import yaml
 
     from ppb_core.balance.megatron_import import import_megatron, run_config_of
 
@@ -470,11 +469,18 @@ def ci_case(spec: str) -> tuple[RunConfig, str, float]:
     golden = f"{path}/golden_values_dev_dgx_{gpu}.json"
     if text is None or megatron_ci.repository_file(golden) is None:
         raise SystemExit(f"bench/decompose.py: --ci {spec!r}: no {path}/model_config.yaml or {golden}")
-    launch = megatron_ci.launch_text(yaml.safe_load(text))
+    values = megatron_ci.Golden.read(golden)
+    # the flags that measured the values (`megatron_ci.measured_config`), at the releases that ran them
+    launch = megatron_ci.launch_text(megatron_ci.measured_config(path, values))
     imported = import_megatron(
-        launch, megatron_ci.NODE_GPUS, megatron_ci.GPUS[gpu], where, read_file=megatron_ci.repository_file
+        launch,
+        megatron_ci.NODE_GPUS,
+        megatron_ci.GPUS[gpu],
+        where,
+        read_file=megatron_ci.repository_file,
+        release=values.release,
     )
-    seconds = megatron_ci.Golden.read(golden).seconds
+    seconds = values.seconds
     if seconds is None:
         raise SystemExit(f"bench/decompose.py: --ci {spec!r}: {golden} logs no iteration-time")
     return run_config_of(imported, where), f"{where} ({gpu.upper()})", seconds

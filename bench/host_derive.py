@@ -3,7 +3,8 @@
     PPB_MEGATRON_LM=DIR python bench/host_derive.py
 
 Megatron-LM's functional tests (NVIDIA/Megatron-LM d98e8a64, read as bench/megatron_ci.py reads them:
-`ppb import megatron`, the golden `iteration-time` median without iteration 1) include dozens of small
+`ppb import megatron` of the flags that measured the values, `measured_config`, the golden `iteration-time`
+median without iteration 1) include dozens of small
 GPT cases (12 layers of hidden 512) whose GPU work ppb puts at a small part of their measured seconds:
 their iterations are Megatron's host launching kernels. For each such case (family gpt, every flag
 modelled, ppb's GPU work alone under half the measured seconds; plain PyTorch ops at
@@ -42,6 +43,7 @@ from megatron_ci import (  # noqa: E402
     _git,
     case_files,
     launch_text,
+    measured_config,
     recipes,
 )
 
@@ -90,7 +92,6 @@ def cases() -> list[tuple[str, str, str, float, float, float]]:
             continue
         if any(re.fullmatch(r"MODEL_ARGS_\d+", str(key)) for key in config):
             continue
-        text = launch_text(config)
         for gpu in SYSTEMS:
             file = f"golden_values_dev_dgx_{gpu}.json"
             if file not in files or (gpu == "gb200" and not on_gb200):
@@ -98,8 +99,12 @@ def cases() -> list[tuple[str, str, str, float, float, float]]:
             golden = Golden.read(f"{CASES}/{name}/{file}")
             if not golden.seconds:
                 continue
+            measured = measured_config(f"{CASES}/{name}", golden)  # the flags that ran it
+            if any(re.fullmatch(r"MODEL_ARGS_\d+", str(key)) for key in measured):
+                continue
+            text = launch_text(measured)
             try:
-                imported = import_megatron(text, 8, GPUS[gpu], name)
+                imported = import_megatron(text, 8, GPUS[gpu], name, release=golden.release)
             except InputError:
                 continue
             if imported.notes:  # a flag ppb does not model

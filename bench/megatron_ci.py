@@ -25,12 +25,13 @@ refused; so are the release cases (mixtral/), whose recipes (node count) are not
 cases without training golden values (inference), and cases the reader refuses, grouped by the flag
 it names. A golden file's values may be older than d98e8a64, which ppb's rules follow: each row
 shows the last commit that set them and its date (`git log --follow`, a pure rename setting none), and
-the older one that set its memory values where a later edit left them. Each row is priced as the code that
-measured it (`framework_release`, ppb_core.config.releases): Megatron-Core at the date of the last commit
-whose file changed a logged number (`_measured_by`: 93ebf8d72f's removal of NaN times measured nothing), and
-Transformer Engine as that commit's CI image built it (`te_release`: Dockerfile.ci.dev's TE_COMMIT, else the
-uv.lock's transformer-engine version, else, the NGC image's own TE, no later than the commit's date), and
-PyTorch as that image's NGC container shipped it (`torch_release`).
+the older one that set its memory values where a later edit left them. Each row is priced with the flags that
+measured it, the case's model_config.yaml at that commit (`measured_config`; `--verbose` names the flags that
+differ from d98e8a64's), and as the code that measured it (`framework_release`, ppb_core.config.releases):
+Megatron-Core at the date of the last commit whose file changed a logged number (`_measured_by`: 93ebf8d72f's
+removal of NaN times measured nothing), and Transformer Engine as that commit's CI image built it (`te_release`:
+Dockerfile.ci.dev's TE_COMMIT, else the uv.lock's transformer-engine version, else, the NGC image's own TE, no
+later than the commit's date), and PyTorch as that image's NGC container shipped it (`torch_release`).
 
 Prints each case (peak, after-step, seconds: measured, ppb, error), then per family and GPU the mean
 absolute and the largest error of each, with `--verbose` the MoE rows beyond 3% priced with the busiest
@@ -53,7 +54,7 @@ import shlex
 import subprocess
 import sys
 from collections import Counter, defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -153,7 +154,8 @@ def recipes(platform: str = "h100") -> dict[tuple[str, str], Recipe]:
 
 def launch_text(config: dict[str, Any]) -> str:
     """The case's environment and flags as the CI's launch hands them to pretrain_gpt.py
-    (_run_training.sh: `true` is the bare flag, a `[a, b]` list its words, other values one word)."""
+    (_run_training.sh: `true` is the bare flag, a `[a, b]` list its words, other values one word, a word
+    without spaces unescaped as the script's shell passes leave it: `_shell_word`)."""
     lines = [f"export {name}={shlex.quote(str(value))}" for name, value in (config.get("ENV_VARS") or {}).items()]
     words = ["pretrain_gpt.py"]
     for flag, value in (config.get("MODEL_ARGS") or {}).items():
@@ -166,8 +168,20 @@ def launch_text(config: dict[str, Any]) -> str:
             if text.startswith("[") and text.endswith("]"):
                 words += [flag, *text[1:-1].replace(",", " ").split()]
             else:
-                words += [flag, shlex.quote(text)]
+                words += [flag, shlex.quote(_shell_word(text))]
     return "\n".join([*lines, " ".join(words)])
+
+
+def _shell_word(text: str) -> str:
+    """A flag's value without spaces as _run_training.sh hands it over (c08d89bea0 to d98e8a64): `echo "$value" |
+    xargs` drops each backslash that escapes a character, then the `eval` of the unquoted word drops the next
+    level, so c08d89bea0's layout `Et*3\\\\|\\\\(tt\\\\|\\\\)*6tL` reached Megatron as `Et*3|(tt|)*6tL`
+    (its own comment there). A value with spaces is quoted there and kept as it is."""
+    if any(char.isspace() for char in text):
+        return text
+    for _ in range(2):  # xargs, then the eval
+        text = re.sub(r"\\(.)", r"\1", text)
+    return text
 
 
 @dataclass(frozen=True)
@@ -180,6 +194,7 @@ class Golden:
     measured_commit: str = ""  # the last whose edit changed a logged number (`_measured_by`), and its date
     # mem-max-allocated-bytes by logged iteration, ascending (`iteration_peaks`)
     peaks_by_iteration: tuple[tuple[int, int], ...] = ()
+    measured_dir: str = ""  # the case's directory at `measured_commit` (renames followed)
 
     @classmethod
     def read(cls, path: str) -> Golden:
@@ -191,14 +206,17 @@ class Golden:
             return int(values[max(values)]) if values else None
 
         peaks = _numbers(data.get("mem-max-allocated-bytes"))
+        measured = _measured_by(path)
+        there = next((where for version, where, _ in _history(path) if version == measured), path)
         return cls(
             last("mem-max-allocated-bytes"),
             last("mem-allocated-bytes"),
             seconds_of(data.get("iteration-time"), path, commit),
             commit,
             memory_commit,
-            _measured_by(path),
+            measured,
             tuple((step, int(peaks[step])) for step in sorted(peaks)),
+            there.rsplit("/", 1)[0],
         )
 
     @property
@@ -211,6 +229,20 @@ class Golden:
         found = {"megatron_core": day, "transformer_engine": te_release(sha) or day}
         torch = torch_release(sha)
         return found | ({"pytorch": torch} if torch else {})
+
+
+def measured_config(case_dir: str, golden: Golden) -> dict[str, Any]:
+    """The case's model_config.yaml as the run that measured *golden* read it: at its measuring commit, in the
+    case's directory there (`Golden.measured_dir`), else *case_dir*'s at COMMIT. A later commit may change a
+    case's flags without recording its values again: 2659630721 (2025-04-09) gave the 8-expert TP2 case
+    `--disable-bias-linear`, its A100 values still cb12e3dea4's, run with biases; d7bf5aaaa8 (2025-08-26) gave
+    the MLA selective-recompute case `--overlap-moe-expert-parallel-comm`, its values still c08d89bea0's, run
+    without it."""
+    if golden.measured_commit and golden.measured_dir:
+        sha = golden.measured_commit.split()[0]
+        with contextlib.suppress(subprocess.CalledProcessError):
+            return yaml.safe_load(_git("show", f"{sha}:{golden.measured_dir}/model_config.yaml")) or {}
+    return yaml.safe_load(_git("show", f"{COMMIT}:{case_dir}/model_config.yaml")) or {}
 
 
 def _history(path: str) -> list[tuple[str, str, bool]]:
@@ -361,6 +393,8 @@ class Row:
     gpus: int = NODE_GPUS  # the recipe's GPUs
     measured: MeasuredPeak | None = None  # the row as bench/public_memory.py prices it (routing bounds)
     settings: tuple[str, ...] = ()  # what `setting_splits` groups rows by (`launch_settings`, releases, micro-batches)
+    # the flags and variables the measuring run set otherwise than COMMIT's file (`measured_config`)
+    drift: tuple[str, ...] = ()
 
 
 def _error(pair: tuple[float, float] | None) -> float | None:
@@ -709,20 +743,22 @@ def sweep(
             goldens = {gpu: file for gpu, file in goldens.items() if RECIPE_DIRS[gpu] != platform}
         if not goldens:
             continue
-        config = yaml.safe_load(_git("show", f"{COMMIT}:{CASES}/{name}/model_config.yaml"))
-        if any(re.fullmatch(r"MODEL_ARGS_\d+", str(key)) for key in config):
-            # _run_training.sh runs MODEL_ARGS_<n> for run n: the golden values span several launches
-            refused.append((name, "several launches (MODEL_ARGS_<n>), one golden file", ""))
-            continue
-        text = launch_text(config)
         for gpu, file in goldens.items():
             recipe = listed[RECIPE_DIRS[gpu]].get((family, case)) or Recipe("pretrain_gpt.py", NODE_GPUS)
             golden = Golden.read(f"{CASES}/{name}/{file}")
             if not (golden.peak_bytes or golden.seconds):
                 refused.append((f"{name} ({gpu})", "no training golden values (memory, iteration time)", ""))
                 continue
+            config = measured_config(f"{CASES}/{name}", golden)  # the flags that ran it
+            if any(re.fullmatch(r"MODEL_ARGS_\d+", str(key)) for key in config):
+                # _run_training.sh runs MODEL_ARGS_<n> for run n: the golden values span several launches
+                refused.append((f"{name} ({gpu})", "several launches (MODEL_ARGS_<n>), one golden file", ""))
+                continue
+            text = launch_text(config)
+            now = yaml.safe_load(_git("show", f"{COMMIT}:{CASES}/{name}/model_config.yaml")) or {}
+            drift = _changed(*({**(c.get("ENV_VARS") or {}), **(c.get("MODEL_ARGS") or {})} for c in (config, now)))
             try:
-                rows.append(price(family, case, gpu, text, golden, recipe.gpus))
+                rows.append(replace(price(family, case, gpu, text, golden, recipe.gpus), drift=drift or ()))
             except InputError as err:
                 refused.append((f"{name} ({gpu})", f"refused at {err.field or 'the launch'}", err.problem))
     return rows, refused
@@ -781,6 +817,8 @@ def main() -> int:
         if verbose:
             for note in row.notes:
                 print(f"    not modelled: {note}")
+            if row.drift:
+                print(f"    flags as measured at {row.golden.measured_commit}, not {COMMIT}'s: {', '.join(row.drift)}")
     print()
     print("mean absolute and largest error, per family and GPU:")
     groups: dict[tuple[str, str], list[Row]] = defaultdict(list)

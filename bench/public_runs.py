@@ -575,7 +575,8 @@ GOLDEN_7B_H100_WITH_A100 = {
     1: GoldenTimes(f"{_7B_TP1}/golden_values_dev_dgx_h100.json", "adc69dba2d", "10, 20", (1.21699, 1.20992)),
     4: GoldenTimes(f"{_7B_TP4}/golden_values_dev_dgx_h100.json", "adc69dba2d", "10, 20", (1.12041, 1.1186)),
 }
-# MoE-MLA cases: --log-interval 1 (memory_speed, 50 iterations) and 5 (the layout case at adc69dba2d).
+# MoE-MLA cases: --log-interval 1 (memory_speed, 50 iterations) and 5 (the layout case, recorded at c08d89bea0,
+# moved by adc69dba2d).
 GOLDEN_MOE = {
     MOE_MLA_MEMORY_SPEED: GoldenTimes(
         f"moe/{MOE_MLA_MEMORY_SPEED}/golden_values_dev_dgx_h100.json", "11debfa7b4 (2026-01-14)", "2-50",
@@ -586,7 +587,7 @@ GOLDEN_MOE = {
          1.04457, 1.05738, 1.02657, 1.0303, 1.02663),
     ),
     MOE_MLA_LAYOUT: GoldenTimes(
-        f"moe/{MOE_MLA_LAYOUT}/golden_values_dev_dgx_h100.json", "adc69dba2d (2025-10-21) or before", "5-50",
+        f"moe/{MOE_MLA_LAYOUT}/golden_values_dev_dgx_h100.json", "c08d89bea0 (2025-08-17)", "5-50",
         (2.06295, 1.09336, 1.10509, 1.08631, 1.08991, 1.10548, 1.10049, 1.11219, 1.09542, 1.09805),
     ),
 }  # fmt: skip
@@ -629,7 +630,7 @@ def _megatron_ci_runs() -> list[PublicRun]:
     )
     runs.append(
         _ci_row(
-            "Megatron CI MoE-MLA layout, combined 1F1B (H100)",
+            "Megatron CI MoE-MLA layout, selective recompute (H100)",
             GOLDEN_MOE[MOE_MLA_LAYOUT],
             moe_mla_layout_run(),
             _MOE_UNMODELLED,

@@ -174,11 +174,23 @@ def torchtitan_problems(
     micro_batches: int,
     mode: str | None = None,
     option: str | None = None,
+    layers_per_stage: int | None = None,
 ) -> list[str]:
-    """torchtitan's (and torch's schedules') objections to a plan's TOML lines (empty: it runs them)."""
+    """torchtitan's (and torch's schedules') objections to a plan's TOML lines (empty: it runs them); with
+    the job's `pipeline_parallel_layers_per_stage` K, pipeline_parallel.py `pipeline_llm`'s check of it, made
+    before the parts are read: ceil((layers + 1 + 1) / K) stages (first/last_stage_less_layers default 1), a
+    multiple of the degree, one a rank for a single-stage schedule, at least two for a multi-stage one."""
     problems: list[str] = []
     if schedule not in SINGLE_STAGE | MULTI_STAGE | V_STAGE:
         problems.append(f"unknown schedule {schedule}")
+    if layers_per_stage is not None:
+        virtual = -(-(num_layers + 2) // layers_per_stage)
+        if virtual % degree:
+            problems.append(f"layers_per_stage {layers_per_stage}: {virtual} stages over degree {degree}")
+        elif schedule in SINGLE_STAGE and virtual // degree != 1:
+            problems.append(f"layers_per_stage {layers_per_stage}: {virtual // degree} stages a rank for {schedule}")
+        elif schedule not in SINGLE_STAGE and virtual // degree < 2:
+            problems.append(f"layers_per_stage {layers_per_stage}: {virtual // degree} stage a rank for {schedule}")
     if len(parts) % degree:
         return [*problems, f"{len(parts)} model parts over pipeline degree {degree}"]
     per_rank = len(parts) // degree
@@ -229,6 +241,29 @@ def torchtitan_batch(training: dict, parallelism: dict, dp: int) -> tuple[int, i
 MINDSPORE_SCHEDULERS = {"1f1b", "gpipe", "seqpipe", "seqvpp", "seqsmartvpp"}
 
 
+# mindformers/modules/transformer/transformer.py (fd4deebc): `TransformerOpParallelConfig.__init__`'s keywords and
+# `ContextParallelAlgo`'s values
+MINDFORMERS_PARALLEL_CONFIG = {
+    "data_parallel",
+    "model_parallel",
+    "context_parallel",
+    "expert_parallel",
+    "pipeline_stage",
+    "micro_batch_num",
+    "seq_split_num",
+    "recompute",
+    "use_seq_parallel",
+    "optimizer_shard",
+    "gradient_aggregation_group",
+    "vocab_emb_dp",
+    "context_parallel_algo",
+    "ulysses_degree_in_cp",
+    "mem_coeff",
+    "swap",
+}
+MINDFORMERS_CP_ALGORITHMS = {"colossalai_cp", "ulysses_cp", "hybrid_cp"}
+
+
 def mindformers_problems(document: dict, *, num_layers: int) -> list[str]:
     """MindFormers' (and MindSpore's) objections to a training yaml's pipeline keys (empty: it runs them).
 
@@ -238,7 +273,8 @@ def mindformers_problems(document: dict, *, num_layers: int) -> list[str]:
     (fd4deebc): pp = parallel_config.pipeline_stage; pp_interleave_num (model_config, default 1 from
     configuration_utils.py) only when MindSpore's pipeline_interleave is on, else 1; `_check_inputs`: the
     offset's last axis pp, its second-last (when 2-D) pp_interleave_num, its sum num_layers mod (pp × that);
-    the cells' layers avg + offset (avg = num_layers // (pp × chunks))."""
+    the cells' layers avg + offset (avg = num_layers // (pp × chunks)); `parallel_config` keys
+    TransformerOpParallelConfig takes, `context_parallel_algo` one of `ContextParallelAlgo`'s."""
     problems: list[str] = []
     parallel = document.get("parallel") or {}
     pipeline = parallel.get("pipeline_config")
@@ -256,7 +292,14 @@ def mindformers_problems(document: dict, *, num_layers: int) -> list[str]:
             problems.append(f"pipeline_scheduler {pipeline['pipeline_scheduler']!r}")
         elif not interleave and pipeline["pipeline_scheduler"] != "1f1b":
             problems.append("a scheduler but 1f1b without pipeline_interleave")
-    pp = (document.get("parallel_config") or {}).get("pipeline_stage", 1)
+    parallel_config = document.get("parallel_config") or {}
+    unknown = set(parallel_config) - MINDFORMERS_PARALLEL_CONFIG
+    if unknown:
+        problems.append(f"parallel_config: {sorted(unknown)} not TransformerOpParallelConfig's")
+    algo = parallel_config.get("context_parallel_algo", "colossalai_cp")
+    if algo not in MINDFORMERS_CP_ALGORITHMS:
+        problems.append(f"context_parallel_algo {algo!r}")
+    pp = parallel_config.get("pipeline_stage", 1)
     model_config = (document.get("model") or {}).get("model_config") or {}
     chunks = (model_config.get("pp_interleave_num") or 1) if interleave else 1
     offset = model_config.get("offset", document.get("offset", 0))

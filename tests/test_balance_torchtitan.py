@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from framework_rules import torchtitan_problems
 
 from ppb_core.balance import probing, program
 from ppb_core.balance.choices import Catalogue, ListingBudget
@@ -22,7 +23,13 @@ from ppb_core.balance.problem import BalanceInput
 from ppb_core.balance.program import solve
 from ppb_core.balance.progress import Clock, Progress, Reporter, WorkLimits
 from ppb_core.balance.torchtitan_import import import_torchtitan
-from ppb_core.balance.torchtitan_plan import activation_checkpoint, module_fqns, torchtitan, torchtitan_lines
+from ppb_core.balance.torchtitan_plan import (
+    LAYERS_PER_STAGE_OUT,
+    activation_checkpoint,
+    module_fqns,
+    torchtitan,
+    torchtitan_lines,
+)
 from ppb_core.balance.torchtitan_settings import EveryNth, runnable, settings
 from ppb_core.chain.stages import run_chain
 from ppb_core.cli.main import main
@@ -404,6 +411,7 @@ def test_a_mixed_plan_gives_the_split_only_and_stage_order_is_chunk_by_chunk() -
         'pipeline_parallel_schedule = "Interleaved1F1B"',
         'module_fqns_per_model_part = [["tok_embeddings", "layers.0", "layers.1"], ["layers.2"], ["layers.3"], '
         '["layers.4", "layers.5", "norm", "output"]]',
+        LAYERS_PER_STAGE_OUT,
     ]
     # with the run's batch, b = 2 on dp 4 at m = 4: micro-batch 2, local 2·4 = 8, global 8·4 = 32 (train.py
     # `Trainer.__init__`: one gradient-accumulation step; pipeline_llm: 8 / 2 = 4 micro-batches)
@@ -411,7 +419,7 @@ def test_a_mixed_plan_gives_the_split_only_and_stage_order_is_chunk_by_chunk() -
     assert batched is not None and batched["lines"] == [
         *said["lines"][:3],
         "pipeline_parallel_microbatch_size = 2",
-        said["lines"][3],
+        *said["lines"][3:5],
         "# the batch the plan was priced at: merge these keys into your own [training] table",
         "[training]",
         "local_batch_size = 8",
@@ -759,3 +767,30 @@ def test_check_reads_the_split_torchtitan_cuts_itself(tmp_path: Path, capsys: py
     said = json.loads(capsys.readouterr().out)
     assert said["iteration_s"] == whole["iteration_s"]
     assert [row["peak_mb"] for row in said["stages"]] == [row["peak_mb"] for row in whole["stages"]]
+
+
+def test_the_lines_say_to_leave_the_jobs_layers_per_stage_out(tmp_path: Path, capsys) -> None:
+    """An imported job's `pipeline_parallel_layers_per_stage = 9` (PP2V2: ceil((32 + 2) / 9) = 4 stages, two a
+    rank) beside the plan's 1F1B lines of `ppb balance -i 1` is refused by torchtitan v0.2.2 (pipeline_parallel.py
+    `pipeline_llm`: "Single stage schedule requires exactly 1 stage per rank", checked before it reads
+    module_fqns_per_model_part); without it the parts run. The lines now say to leave it out."""
+    job = tmp_path / "job.toml"
+    job.write_text(REST + PP2V2 + FULL_AC)
+    run = tmp_path / "run.yaml"
+    assert main(["import", "torchtitan", str(job), "--gpus", "8", "--device", "h100-80gb", "-o", str(run)]) == 0
+    capsys.readouterr()
+    assert main(["balance", str(run), "--json", "-q", "-i", "1", "--memory", "51000"]) == 0
+    lines = json.loads(capsys.readouterr().out)["torchtitan"]["lines"]
+    assert LAYERS_PER_STAGE_OUT in lines and LAYERS_PER_STAGE_OUT.startswith(
+        "# leave pipeline_parallel_layers_per_stage"
+    )
+    printed = tomllib.loads("\n".join(lines))["parallelism"]
+    rules = {
+        "degree": printed["pipeline_parallel_degree"],
+        "schedule": printed["pipeline_parallel_schedule"],
+        "num_layers": 32,
+        "micro_batches": 8,
+    }
+    assert rules["schedule"] == "1F1B"
+    assert torchtitan_problems(printed["module_fqns_per_model_part"], **rules, layers_per_stage=9)
+    assert torchtitan_problems(printed["module_fqns_per_model_part"], **rules) == []

@@ -385,3 +385,45 @@ def test_a_golden_file_recorded_again(bench, tmp_path, monkeypatch):
     assert [v.after_step for v in versions] == [0.5, 0.5, 0.5]
     assert [v.changed for v in versions] == [(), (), ("--data-path",)]
     assert versions[0].peak / versions[1].peak - 1 == pytest.approx(0.05)
+
+
+def test_a_word_reaches_megatron_as_the_launch_s_shell_unescapes_it(bench):
+    # c08d89bea0's MLA selective-recompute case: the YAML value `Et*3\\|\\(tt\\|\\)*6tL` (two backslashes each);
+    # _run_training.sh's `echo "$value" | xargs` leaves one (`Et*3\|\(tt\|\)*6tL`), the eval of the unquoted
+    # word none: `Et*3|(tt|)*6tL`, the layout its comment names. A value with spaces is quoted: kept.
+    config = {"MODEL_ARGS": {"--pipeline-model-parallel-layout": "Et*3\\\\|\\\\(tt\\\\|\\\\)*6tL", "--x": "a\\ b"}}
+    assert bench._shell_word("Et*3\\\\|\\\\(tt\\\\|\\\\)*6tL") == "Et*3|(tt|)*6tL"
+    assert bench._shell_word("a\\ b") == "a\\ b"
+    assert bench.launch_text(config) == "pretrain_gpt.py --pipeline-model-parallel-layout 'Et*3|(tt|)*6tL' --x 'a\\ b'"
+
+
+def test_a_row_is_priced_with_the_flags_that_measured_it(bench, tmp_path, monkeypatch):
+    # 2659630721 gave the 8-expert TP2 case --disable-bias-linear and left its A100 values (cb12e3dea4's, a run
+    # with biases) as they were; adc69dba2d later moved the case's directory (a pure rename). The values were
+    # measured by the first commit's flags, in the directory the file had there.
+    def git(*args: str, day: str = "2025-04-04") -> str:
+        return git_at(tmp_path, day, *args)
+
+    def write(path: str, text: str) -> None:
+        (tmp_path / path).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / path).write_text(text)
+
+    golden = json.dumps({"mem-max-allocated-bytes": {"values": {"1": 100}}, "iteration-time": {"values": {"2": 0.4}}})
+    git("init", "-q")
+    write("old/case/golden.json", golden)
+    write("old/case/model_config.yaml", "MODEL_ARGS:\n  --num-layers: 12\n")
+    git("add", "-A")
+    git("commit", "-qm", "measured")
+    measured = git("rev-parse", "--short=10", "HEAD")
+    write("old/case/model_config.yaml", "MODEL_ARGS:\n  --num-layers: 12\n  --disable-bias-linear: true\n")
+    git("commit", "-qam", "flags only", day="2025-04-09")
+    git("mv", "old/case", "new")
+    git("commit", "-qm", "moved", day="2025-10-21")
+    monkeypatch.setattr(bench, "MIRROR", str(tmp_path))
+    monkeypatch.setattr(bench, "COMMIT", "HEAD")
+    row = bench.Golden.read("new/golden.json")
+    assert row.measured_commit.split() == [measured[:7], "2025-04-04"] and row.measured_dir == "old/case"
+    assert bench.measured_config("new", row) == {"MODEL_ARGS": {"--num-layers": 12}}
+    # a golden file with no measuring commit found: the case's flags at COMMIT
+    unknown = bench.Golden(None, None, None, "")
+    assert bench.measured_config("new", unknown)["MODEL_ARGS"]["--disable-bias-linear"] is True

@@ -687,3 +687,38 @@ def _interleaved_mindformers(folder: Path) -> Path:
     path = folder / "mindformers-v2.yaml"
     path.write_text("framework: mindformers\n" + text)
     return path
+
+
+@pytest.mark.parametrize(
+    ("variant", "algo", "refused"),
+    [
+        ("ulysses", "colossalai_cp", True),  # a Ulysses run beside a yaml of MindFormers' ring
+        ("ulysses", "ulysses_cp", False),
+        ("ring", "ulysses_cp", True),
+        ("ring", "colossalai_cp", False),
+        ("ulysses", None, False),  # not stated: the four lists alone
+    ],
+)
+def test_a_mindformers_yaml_of_another_context_parallel_algorithm_is_one_line(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, variant: str, algo: str | None, refused: bool
+) -> None:
+    """MindFormers' `parallel_config.context_parallel_algo` (modules/transformer/transformer.py `ContextParallelAlgo`,
+    fd4deebc: colossalai_cp, its default, or ulysses_cp) against the run config's cp_variant at cp 2; until
+    session 31 a yaml of the other algorithm was checked as the run's without a word."""
+    text = (CONFIGS / "llama3-8b.yaml").read_text()
+    text = text.replace("config: hf/llama3-8b.json", f"config: {CONFIGS / 'hf' / 'llama3-8b.json'}")
+    text = text.replace("dp: 8, tp: 2", "dp: 4, tp: 2").replace("cp: 1,", f"cp: 2, cp_variant: {variant},")
+    run = tmp_path / "mindformers-cp2.yaml"
+    run.write_text("framework: mindformers\n" + text)
+    plan = tmp_path / "plan.yaml"
+    stated = "" if algo is None else f"parallel_config: {{context_parallel: 2, context_parallel_algo: {algo}}}\n"
+    plan.write_text("offset: [0, 0, 0, 0]\n" + stated)
+    code = main(["check", str(run), "--plan", str(plan), "--no-optimum", "-q"])
+    captured = capsys.readouterr()
+    if refused:
+        assert code == 2 and captured.err.count("\n") == 1, captured.err
+        assert f"{plan}: parallel_config.context_parallel_algo: '{algo}', the run config has cp_variant {variant}" in (
+            captured.err
+        )
+    else:
+        assert code in (0, 1), captured.err

@@ -54,8 +54,10 @@ def test_hybridep_sends_a_token_once_a_rank_and_permutes_inside_its_kernels_when
     dispatch = unfused["dispatch"].forward_comm
     assert dispatch.payload_bytes == pytest.approx(sent * h * 2)
     assert dispatch.inter_node_bytes == pytest.approx(tokens * 2 * (1 - 0.5**8) * 0.5 * h * 2)
-    # unfused: HybridEP's own permute reads the slots and writes the 8 expert rows a token, its unpermute back
-    assert unfused["permute"].bytes == pytest.approx((sent + tokens * 8) * h * 2)
+    # unfused: HybridEP's own permute reads the slots and writes the 8 expert rows a token, its unpermute back;
+    # forward, its metadata scan reads the 16 ranks' gathered routing maps too, a byte a token and expert
+    routing_map = tokens * 128 * 16
+    assert unfused["permute"].bytes == pytest.approx((sent + tokens * 8) * h * 2 + routing_map)
     assert unfused["unpermute"].bytes == pytest.approx((sent + tokens * 8) * h * 2)
     # metadata scan + permute, and the bf16 probabilities cast to the fp32 HybridEP takes (token_dispatcher.py
     # `_HybridEPManager.dispatch`: `self.token_probs.float()`, 0d8e0714cd and core_v0.17.0); backward the
@@ -66,7 +68,7 @@ def test_hybridep_sends_a_token_once_a_rank_and_permutes_inside_its_kernels_when
     # under the transfer: no pass priced; the combine kernel's unpermute blocks still read the 8 expert rows a
     # token and write its slots before the combine sends them: the unfused unpermute's bytes, each direction
     # (the permute's backward is `combine_with_unpermute`, the unpermute's `dispatch_with_permute`)
-    assert fused["permute"].bytes == 0 and fused["unpermute"].backward_bytes == 0
+    assert fused["permute"].bytes == routing_map and fused["unpermute"].backward_bytes == 0
     assert fused["unpermute"].bytes == pytest.approx((sent + tokens * 8) * h * 2)
     assert fused["permute"].backward_bytes == pytest.approx((sent + tokens * 8) * h * 2)
     assert fused["permute"].launches == (2.0, 1.0)  # the metadata scan and the cast
@@ -337,6 +339,33 @@ def test_a_hybridep_all_to_all_in_one_domain_moves_every_row_at_that_rate() -> N
     assert collective_seconds(plain, links) == pytest.approx(payload * 7 / 8 / (0.802 * 900e9) + 7 * 5e-6)
 
 
+def test_hybridep_gathers_every_ranks_routing_map_before_its_scan() -> None:
+    # hybrid-ep 7febc6e and 94a9f8f, executor.cu `allgather_routing_map`: each forward dispatch (no handle yet)
+    # gathers the [tokens, experts] bool routing maps of its group, one NVLink domain by its own kernel
+    # (extension/allgather.cu `ag_nvl_kernel`: one shot, every peer's buffer written at once), then the metadata
+    # scan reads the gathered map. Qwen3 30B-A3B's shape, EP 8 on one B200 node: 4096 tokens × 128 experts =
+    # 524,288 B a rank, 8 ranks: 4,194,304 B gathered; 7/8 of it arrives over NVLink 5 at 0.802 · 900 GB/s
+    # (the NCCL share the all-to-all test above uses), one step's 5 us: 3,670,016 B / 721.8 GB/s = 5.085 us + 5 us.
+    run = make_run(SPEC, parallel={"dp": 8, "ep": 8}, training={"seq_length": 4096}, device={"name": "b200"},
+                   timing={"moe_dispatcher": "hybridep", "moe_flex_dispatcher_num_sms": 32})  # fmt: skip
+    ops = {op.name: op for op in moe_ops(KIND, MOE, OpGeometry.from_run(run))}
+    gather = ops["dispatch_map"].forward_comm
+    assert gather.payload_bytes == 4096 * 128 * 8 == 4_194_304
+    assert ops["dispatch_map"].backward_comm is None  # the backward reuses the forward's handle
+    seconds = collective_seconds(gather, Links.from_run(run))
+    assert seconds == pytest.approx(4_194_304 * 7 / 8 / (0.802 * 900e9) + 5e-6)
+    assert seconds == pytest.approx(10.085e-6, rel=1e-3)
+    # the scan reads it once, beside the permute's own pass; the other dispatchers gather no map
+    plain = {
+        op.name: op for op in moe_ops(KIND, MOE, dataclasses.replace(OpGeometry.from_run(run), dispatcher="deepep"))
+    }
+    assert "dispatch_map" not in plain and "dispatch_map" not in _ops("alltoall")
+    assert ops["permute"].bytes == pytest.approx(plain["permute"].bytes + 4_194_304)
+    # across two 8-GPU H100 nodes (EP 16), NCCL's ring all-gather: 15 steps
+    across = _ops("hybridep")["dispatch_map"].forward_comm
+    assert across.payload_bytes == 4096 * 128 * 16
+
+
 def test_hybridep_across_h100_nodes_takes_its_measured_ib_rate_a_leaving_byte() -> None:
     # DeepEP hybrid-ep 1dddd19, Hybrid-EP_Implementation.md, "H100 Platform", kernel only, IB GB/s counted with the
     # local node's copies (tests/utils.py count_rdma_send_from_routing_map): 16 ranks at 16 SMs 71.71 / 62.95; over
@@ -377,8 +406,10 @@ def test_the_busiest_ranks_share_reaches_the_passes_where_tokens_land() -> None:
         ops = {op.name: op for op in moe_ops(KIND, MOE, geo)}
         assert ops["dispatch"].forward_comm.payload_bytes == pytest.approx(r * sent * h * 2)
         # the flex permute runs where the slots land (token_dispatcher.py MoEFlexTokenDispatcher.dispatch_postprocess,
-        # d98e8a64): it reads the busiest rank's 1.5·sent slots and writes its 1.5·tokens·8 expert rows
-        assert ops["permute"].bytes == pytest.approx(r * (sent + tokens * 8) * h * 2)
+        # d98e8a64): it reads the busiest rank's 1.5·sent slots and writes its 1.5·tokens·8 expert rows; HybridEP's
+        # scan reads the 16 ranks' routing maps, a byte a token and expert whatever the routing
+        scan = tokens * 128 * 16 if dispatcher == "hybridep" else 0
+        assert ops["permute"].bytes == pytest.approx(r * (sent + tokens * 8) * h * 2 + scan)
         assert ops["unpermute"].bytes == pytest.approx(r * (sent + tokens * 8) * h * 2)
     # the alltoall dispatcher permutes a rank's own tokens before sending (dispatch_preprocess): 2·4096·8 rows of
     # h bf16 whatever the routing; its sort by local expert (dispatch_postprocess, 128 experts over 16 ranks) runs

@@ -24,7 +24,7 @@ import yaml
 from test_memory_dummy_wgrad import GPT_SMALL, _defer_case
 from test_memory_runs import DENSE, layers, make_run, model
 
-from ppb_core.balance.megatron_import import import_megatron
+from ppb_core.balance.megatron_import import import_megatron, run_config_of
 from ppb_core.config.releases import CHANGES, parse_release
 from ppb_core.config.run import FrameworkRelease, parse_run_config, resolved_raw
 from ppb_core.errors import InputError
@@ -318,3 +318,27 @@ def test_the_all_gather_dispatcher_s_product_saves_the_local_expert_outputs():
     new, _ = _kept(_combine_case("swiglu", "allgather"))
     old, ops = _kept(_released(_combine_case("swiglu", "allgather"), megatron_core="core_v0.12.0"))
     assert old - new == 8_388_608 and "moe.combine.expert_output" in ops
+
+
+def test_a_layout_before_d7bf5aaaa8_leaves_the_mtp_layers_on_the_last_stage():
+    # c08d89bea0's MLA selective-recompute case: `Et*3|(tt|)*6tL` with --mtp-num-layers 1; Megatron-Core then
+    # refused `m` in a layout and built every MTP layer on the last pipeline stage (multi_token_prediction.py
+    # `get_mtp_num_layers_to_build`), after its decoder layers: `Et*3|(tt|)*6tmL`, as d98e8a64's file spells it
+    flags = f"{BASE} --num-layers 16 --pipeline-model-parallel-size 2 --mtp-num-layers 1"
+    layout = "--pipeline-model-parallel-layout Et*3|(tt|)*6tL"
+    old = import_megatron(f"{flags} {layout}", 8, "h100-80gb", release={"megatron_core": "2025-08-17"})
+    assert old.raw["parallel"]["layout"] == "Et*3|(tt|)*6tmL"
+    spelled = import_megatron(f"{flags} {layout[:-1]}mL", 8, "h100-80gb")
+    assert spelled.raw["parallel"]["layout"] == "Et*3|(tt|)*6tmL"
+    newer = import_megatron(f"{flags} {layout}", 8, "h100-80gb", release={"megatron_core": "2025-08-26"})
+    with pytest.raises(InputError) as caught:  # from d7bf5aaaa8 (2025-08-26) the layout names them, or is refused
+        run_config_of(newer, "c")
+    assert "0 MTP layers m, the model has 1" in caught.value.problem
+
+
+def test_use_custom_fsdp_is_megatron_fsdp_under_its_old_name():
+    # af28b5a559 (2025-08-21) renamed --use-custom-fsdp to --use-megatron-fsdp: Megatron CI's zp_z3 cases ran
+    # under the old name until then (A100 values of 3806ec2754 and 2795ebde97)
+    new = import_megatron(f"{BASE} --use-megatron-fsdp --use-distributed-optimizer", 8, "h100-80gb")
+    old = import_megatron(f"{BASE} --use-custom-fsdp --use-distributed-optimizer", 8, "h100-80gb")
+    assert old.raw == new.raw and old.notes == new.notes == []

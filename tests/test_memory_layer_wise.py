@@ -70,3 +70,14 @@ def test_the_flag_outside_the_layer_wise_optimizer():
     with pytest.raises(InputError) as caught:
         run_config_of(type(import_megatron(adam, 8, "h100-80gb"))(raw), "case")
     assert caught.value.field == "--no-use-layer-wise-param-layout"
+
+
+def test_before_0044db1f20_the_layer_wise_optimizer_has_no_layout():
+    # 0044db1f20 (2026-05-20, "Route non-Muon params through DistributedOptimizer") added the precomputed layout
+    # and `--no-use-layer-wise-param-layout` to keep the path that came before: a launch of older code without
+    # the flag runs that legacy path (Megatron CI's dist_muon case, its H100 values of 5fe3f06658, 2026-05-07)
+    old = import_megatron(CASE, 8, "h100-80gb", release={"megatron_core": "2026-05-07"})
+    assert old.raw["training"]["layer_wise_param_layout"] is False
+    assert "layer_wise_param_layout" not in import_megatron(CASE, 8, "h100-80gb").raw["training"]
+    held = import_megatron(CASE, 8, "h100-80gb", release={"megatron_core": "2026-05-20"})
+    assert "layer_wise_param_layout" not in held.raw["training"]

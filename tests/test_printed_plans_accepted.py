@@ -15,6 +15,7 @@ import json
 import subprocess
 import sys
 import tomllib
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -180,6 +181,10 @@ def test_mindformers_rules_refuse_what_mindformers_refuses() -> None:
     assert mindformers_problems(gpipe, num_layers=8)
     # the offsets' sum: 9 layers over pp 2 × 2 chunks leave 1
     assert mindformers_problems(_merged(with_v, {}), num_layers=9)
+    # parallel_config: TransformerOpParallelConfig's keywords, ContextParallelAlgo's values
+    assert mindformers_problems({"parallel_config": {"context_parallel_algo": "ring"}}, num_layers=8)
+    assert mindformers_problems({"parallel_config": {"sequence_parallel": True}}, num_layers=8)
+    assert not mindformers_problems({"parallel_config": {"context_parallel_algo": "ulysses_cp"}}, num_layers=8)
 
 
 def test_torchtitans_batch_rules_refuse_what_torchtitan_refuses() -> None:
@@ -213,6 +218,13 @@ def test_the_rules_refuse_what_the_frameworks_refuse() -> None:
     two = [["tok_embeddings", "layers.0"], ["layers.1", "norm", "output"]]
     assert torchtitan_problems(two, degree=2, schedule="1F1B", num_layers=2, micro_batches=1)
     assert not torchtitan_problems(two, degree=2, schedule="GPipe", num_layers=2, micro_batches=1)
+    # a job's layers_per_stage, checked before the parts: (2 + 2) / 1 = 4 stages on degree 2, two a rank,
+    # refused for 1F1B; 4 / 2 = 2, one a rank, taken; Interleaved1F1B needs two a rank
+    assert torchtitan_problems(two, degree=2, schedule="1F1B", num_layers=2, micro_batches=2, layers_per_stage=1)
+    assert not torchtitan_problems(two, degree=2, schedule="1F1B", num_layers=2, micro_batches=2, layers_per_stage=2)
+    assert torchtitan_problems(
+        parts, degree=2, schedule="Interleaved1F1B", num_layers=4, micro_batches=4, layers_per_stage=3
+    )  # ceil(6 / 3) = 2 stages, one a rank
 
 
 @pytest.fixture(scope="module")
@@ -308,6 +320,11 @@ def test_the_searchs_mindformers_files_are_accepted(written) -> None:
         assert problems == [], (entry.strategy.label(spec), document, problems)
         chunks.add(entry.strategy.vpp)
     assert 2 in chunks, chunks  # an interleaved strategy among them
+    # a strategy at cp 2 of each variant MindFormers runs, as the file would say it
+    for variant in ("ring", "ulysses"):
+        strategy = replace(result.ranked[0].strategy, cp=2, cp_variant=variant)
+        document = mindformers_settings(strategy, result.ranked[0].plan)
+        assert mindformers_problems(document, num_layers=spec.total_body_layers) == [], (variant, document)
 
 
 @pytest.mark.parametrize(

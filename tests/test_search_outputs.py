@@ -20,7 +20,7 @@ from ppb_core.cli.main import main
 from ppb_core.config.run import load_run_config
 from ppb_core.estimate.check import check_plan
 from ppb_core.search.enumerate import Strategy
-from ppb_core.search.outputs import torchtitan_said, write_ranking, write_run_configs
+from ppb_core.search.outputs import mindformers_settings, torchtitan_said, write_ranking, write_run_configs
 from ppb_core.search.plan_config import plan_fields
 from ppb_core.search.rank import Ranked, SearchResult, evaluate, search
 from ppb_core.search.spec import load_search_spec
@@ -306,3 +306,25 @@ def test_a_second_search_into_the_same_folder_leaves_only_its_own_ranking(tmp_pa
     assert {path for path in folder.iterdir() if path != mine} == second < first | {folder / "search.json"}
     assert mine.read_text() == "kept\n"
     assert len(json.loads((folder / "search.json").read_text())["ranked"]) == 1
+
+
+@pytest.mark.parametrize(
+    ("cp", "variant", "vpp", "algo", "pipeline"),
+    [
+        (2, "ulysses", 1, "ulysses_cp", None),
+        (2, "ring", 2, "colossalai_cp", {"pipeline_interleave": True, "pipeline_scheduler": "1f1b"}),
+        (1, "ring", 1, None, None),  # no context parallelism: MindFormers' default, nothing said
+    ],
+)
+def test_a_mindformers_file_says_the_context_parallel_algorithm_and_the_interleave(
+    cp: int, variant: str, vpp: int, algo: str | None, pipeline: dict | None
+) -> None:
+    """MindFormers' words for what the strategy runs (modules/transformer/transformer.py `ContextParallelAlgo`,
+    fd4deebc: colossalai_cp, the default, or ulysses_cp; a plan of chunks needs MindSpore's pipeline_interleave,
+    models/utils.py `LayerSetting`): a Ulysses strategy's file said no algorithm, so MindFormers ran its ring."""
+    strategy = Strategy(2, cp, 2, 2, vpp, "interleaved" if vpp > 1 else "1f1b", 1, 1, True, variant, 1, False, 1, 4, 0)
+    plan = {"offset": [0, 0], "recompute": [0, 0], "select_recompute": [0, 0], "select_comm_recompute": [0, 0]}
+    settings = mindformers_settings(strategy, plan)
+    assert settings["parallel_config"].get("context_parallel_algo") == algo
+    assert settings["parallel"].get("pipeline_config") == pipeline
+    assert settings["parallel"]["enable_parallel_optimizer"] is True  # ZeRO-1: MindFormers' parallel optimizer

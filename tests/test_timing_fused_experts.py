@@ -205,3 +205,11 @@ def test_the_stash_holds_its_buffer_factor_times_the_balanced_rows_whatever_the_
     # without the stash: the routed rows
     plain = MemorySetup.from_run(parse_run_config(_raw(**_FUSED)))
     assert stashed_rows(moe, plain) == pytest.approx(ROWS)
+
+
+def test_the_stash_s_copies_run_beside_the_next_layer_and_add_no_op():
+    # paged_stash.py (d98e8a64): `stash_paged_tensors` runs the copies on the pack stream after the fused MLP's
+    # forward, waited at the next layer's fused MLP (`PipelinePreScheduleFunction.forward`); the reload is issued one
+    # layer ahead in the backward and waited before this layer's (`PipelinePostScheduleFunction.backward`): hidden
+    # behind the attention between them, so the layer's ops (and so its time) are those without the stash
+    assert _ops(**_STASH) == _ops(**_FUSED)

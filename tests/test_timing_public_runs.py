@@ -602,7 +602,7 @@ def test_megatron_ci_seconds_are_the_median_of_the_steady_logged_iterations(publ
     assert rows["Megatron CI GPT 7B TP4 PP1 (A100)"].seconds == pytest.approx(2.586845)
     # the layout case, iterations 5-50 (10 values, the first still warming up at 2.06 s): the mean of
     # the 5th and 6th sorted, (1.09805 + 1.10049) / 2 = 1.09927.
-    assert rows["Megatron CI MoE-MLA layout, combined 1F1B (H100)"].seconds == pytest.approx(1.09927)
+    assert rows["Megatron CI MoE-MLA layout, selective recompute (H100)"].seconds == pytest.approx(1.09927)
     for row in rows.values():
         if row.source.startswith(public.MEGATRON_TESTS):
             assert "golden_values_dev_dgx_" in row.source and "values of " in row.source

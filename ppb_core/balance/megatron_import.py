@@ -105,9 +105,15 @@ class Imported:
     notes: list[str] = field(default_factory=list)
 
 
+# Flags Megatron-LM renamed, by their old name: a launch of the older code means the new one (arguments.py,
+# af28b5a559 2025-08-21: `--use-custom-fsdp` became `--use-megatron-fsdp`, the same Megatron-FSDP)
+RENAMED_FLAGS = {"--use-custom-fsdp": "--use-megatron-fsdp"}
+
+
 class _Args:
     """A launch's flags as argparse keeps them: the last occurrence wins; a flag's values are the
-    words up to the next flag (`None`: given as `--flag=value`, one value)."""
+    words up to the next flag (`None`: given as `--flag=value`, one value); a renamed flag under its
+    new name (`RENAMED_FLAGS`)."""
 
     def __init__(self, words: list[str], where: str) -> None:
         self.where = where
@@ -125,7 +131,7 @@ class _Args:
                     break
                 values.append(words[index])
                 index += 1
-            self.given[name] = values
+            self.given[RENAMED_FLAGS.get(name, name)] = values
         self.read: set[str] = set()
 
     def has(self, flag: str) -> bool:
@@ -211,7 +217,7 @@ def import_megatron(
     notes: list[str] = []
     spec, pad_multiple = _model(args, notes, tokenizer_vocab)
     world = gpus if gpus is not None else _torchrun_world(args)
-    parallel, dp = _parallel(args, spec, world, notes)
+    parallel, dp = _parallel(args, spec, world, notes, stated)
     training = _training(args, spec, dp, notes, stated)
     _even_split(where, spec["num_layers"], parallel)
     raw: dict[str, Any] = {
@@ -524,7 +530,9 @@ _FSDP_LEVELS = {"no_shard": 0, "optim": 1, "optim_grads": 2, "optim_grads_params
 _CP_VARIANTS = {"p2p": "ring", "a2a": "ulysses", "all_gather": "all_gather", "a2a+p2p": "hierarchical"}
 
 
-def _parallel(args: _Args, spec: dict[str, Any], world: int, notes: list[str]) -> tuple[dict[str, Any], int]:
+def _parallel(
+    args: _Args, spec: dict[str, Any], world: int, notes: list[str], release: FrameworkRelease
+) -> tuple[dict[str, Any], int]:
     where = args.where
     tp = args.positive("--tensor-model-parallel-size", 1) or 1
     pp = args.positive("--pipeline-model-parallel-size", 1) or 1
@@ -564,7 +572,7 @@ def _parallel(args: _Args, spec: dict[str, Any], world: int, notes: list[str]) -
     instances = args.positive("--num-distributed-optimizer-instances", 1) or 1
     if instances > 1:
         parallel["distributed_optimizer_instances"] = instances
-    parallel.update(_pipeline(args, spec, pp))
+    parallel.update(_pipeline(args, spec, pp, release))
     if args.has("--overlap-moe-expert-parallel-comm"):
         parallel["overlap_moe_expert_parallel_comm"] = True
     return parallel, dp
@@ -598,8 +606,10 @@ def _sharding(args: _Args) -> dict[str, Any]:
     return {"zero": 1 if distributed else 0}
 
 
-def _pipeline(args: _Args, spec: dict[str, Any], pp: int) -> dict[str, Any]:
-    """Virtual stages, and the layers each holds where the launch places them unevenly."""
+def _pipeline(args: _Args, spec: dict[str, Any], pp: int, release: FrameworkRelease) -> dict[str, Any]:
+    """Virtual stages, and the layers each holds where the launch places them unevenly. A layout of Megatron-Core
+    before `releases.CHANGES["layout_holds_mtp"]` names no MTP layer: they all sit on the last stage, before
+    the loss (`_mtp_on_last_stage`)."""
     try:
         flags = parse_flags(" ".join(_quoted(args)))
     except LayoutError as err:
@@ -609,11 +619,14 @@ def _pipeline(args: _Args, spec: dict[str, Any], pp: int) -> dict[str, Any]:
     # pp); the schedule without virtual stages never reads it (schedules.py, d98e8a64)
     given = args.integer("--microbatch-group-size-per-virtual-pipeline-stage")
     if flags.layout is not None:
+        layout = flags.layout
+        if not release.holds("layout_holds_mtp"):
+            layout = _mtp_on_last_stage(layout, spec.get("mtp_layers", 0))
         try:
-            chunks = len(parse_layout(flags.layout, pp)[0])
+            chunks = len(parse_layout(layout, pp)[0])
         except LayoutError:  # the run config says what is wrong with it
             chunks = 1
-        return {"layout": flags.layout} | _group(given, chunks)
+        return {"layout": layout} | _group(given, chunks)
     vpp = 1
     if flags.virtual_stages is not None:
         vpp = args.positive("--num-virtual-stages-per-pipeline-rank") or 1
@@ -633,6 +646,15 @@ def _pipeline(args: _Args, spec: dict[str, Any], pp: int) -> dict[str, Any]:
         layout = _layout(args, layers, spec.get("mtp_layers", 0), pp, vpp, first, last, adds)
         return {"layout": layout, "vpp": vpp} | _group(given, vpp)
     return {"vpp": vpp, "schedule": "interleaved"} | _group(given, vpp) if vpp > 1 else {}
+
+
+def _mtp_on_last_stage(layout: str, mtp_layers: int) -> str:
+    """*layout* with the model's *mtp_layers* before its loss `L` (the last stage's last layer), where it names
+    none: Megatron-Core before d7bf5aaaa8 built every MTP layer on the last pipeline stage whatever the layout
+    (c08d89bea0 multi_token_prediction.py `get_mtp_num_layers_to_build`, after the decoder layers there)."""
+    if not mtp_layers or "m" in layout or not layout.endswith("L"):
+        return layout
+    return f"{layout[:-1]}{'m' * mtp_layers}L"
 
 
 def _even_split(where: str, layers: int, parallel: Mapping[str, Any]) -> None:
@@ -770,7 +792,8 @@ def _training(
     }
     optimizer = args.text("--optimizer", "adam")
     # training.py wrap_model_chunks_with_ddp: the layout applies to the layer-wise distributed optimizer only
-    layout = not args.has("--no-use-layer-wise-param-layout")
+    # before 0044db1f20 no precomputed layout: every parameter in one layer-wise buffer, as the flag keeps it
+    layout = not args.has("--no-use-layer-wise-param-layout") and release.holds("layer_wise_param_layout")
     if not layout and (optimizer == "dist_muon" or (optimizer == "muon" and args.has("--use-distributed-optimizer"))):
         training["layer_wise_param_layout"] = False
     if optimizer in ("adam", "sgd"):

@@ -67,6 +67,12 @@ def _shape(values: list[list[int]], chunks: int) -> list[int] | list[list[int]]:
     return values[0] if chunks == 1 else values
 
 
+# ppb's cp_variant as MindFormers' `parallel_config.context_parallel_algo` (modules/transformer/transformer.py
+# `ContextParallelAlgo`, fd4deebc: colossalai_cp, the ring and its default, or ulysses_cp; the run config refuses
+# the others under MindFormers). Unsaid until session 31, so a Ulysses strategy ran MindFormers' default ring.
+MINDFORMERS_CP_ALGO = {"ring": "colossalai_cp", "ulysses": "ulysses_cp"}
+
+
 def interleave_keys(chunks: int) -> dict[str, Any]:
     """The MindFormers yaml keys that run *chunks* chunks a stage, beside the four lists: none at one chunk.
 

@@ -21,6 +21,9 @@
   These are v0.2.2's names (since 8570415c3, 2025-06-05; before it `training.batch_size` and
   `experimental.pipeline_parallel_microbatches`, with other split keys too).
 
+* a comment after the split: leave `pipeline_parallel_layers_per_stage` out (`LAYERS_PER_STAGE_OUT`), as
+  torchtitan checks the stage count it gives against the schedule first.
+
 `ppb import torchtitan` (`torchtitan_import`) reads these lines back to the same split.
 """
 
@@ -32,6 +35,15 @@ from typing import Any
 
 from ppb_core.balance.torchtitan_settings import op_policy, toml_keys
 from ppb_core.config.run import RunConfig
+
+# torchtitan v0.2.2 distributed/pipeline_parallel.py `pipeline_llm`: a job's `pipeline_parallel_layers_per_stage` K
+# sets ceil((layers + 2) / K) stages, refused unless a multiple of the degree with one a rank for 1F1B and GPipe
+# and two or more for Interleaved1F1B, before `module_fqns_per_model_part` is read (which then sets the parts):
+# an imported job's K = 9 (4 stages on PP 2) beside a plan's 1F1B lines raised ValueError. The lines say to drop it.
+LAYERS_PER_STAGE_OUT = (
+    "# leave pipeline_parallel_layers_per_stage out of your [parallelism]: torchtitan checks the stages it gives "
+    "against the schedule before it reads the parts above"
+)
 
 # ppb's schedule (`problem.schedule_name`) → pipeline_parallel_schedule (torch.distributed.pipelining's names)
 SCHEDULE_NAMES = {"1f1b": "1F1B", "gpipe": "GPipe", "interleaved": "Interleaved1F1B"}
@@ -117,6 +129,7 @@ def torchtitan(
         f'pipeline_parallel_schedule = "{SCHEDULE_NAMES[schedule]}"',
         *([] if keys is None else [f"pipeline_parallel_microbatch_size = {keys['pipeline_parallel_microbatch_size']}"]),
         f"module_fqns_per_model_part = {json.dumps(fqns)}",
+        LAYERS_PER_STAGE_OUT,
     ]
     if ac is not None:
         lines += ["[activation_checkpoint]", *(f'{key} = "{value}"' for key, value in ac.items())]

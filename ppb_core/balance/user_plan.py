@@ -22,7 +22,7 @@ from typing import Any
 from ppb_core.balance.megatron import MegatronFlags, parse_flags
 from ppb_core.balance.megatron_run import check_against_run
 from ppb_core.balance.mtp_apart import standalone_problem
-from ppb_core.balance.outputs import YAML_KEYS, cells, not_megatrons, plan_from_yaml
+from ppb_core.balance.outputs import MINDFORMERS_CP_ALGO, YAML_KEYS, cells, not_megatrons, plan_from_yaml
 from ppb_core.balance.plan import Plan, empty_counts, freeze
 from ppb_core.balance.problem import BalanceInput
 from ppb_core.balance.torchtitan_user_plan import from_torchtitan
@@ -278,6 +278,18 @@ def _check_sizes(document: dict[str, Any], problem: BalanceInput, run: RunConfig
             (f"parallel_config.{key}", parallel.get(key), name, getattr(run.parallel, name))
             for key, name in _PARALLEL_SIZES
         ]
+        algo = parallel.get("context_parallel_algo")
+        ring = MINDFORMERS_CP_ALGO["ring"]  # MindFormers' default
+        run_algo = MINDFORMERS_CP_ALGO.get(run.parallel.cp_variant) if run.parallel.cp > 1 else None
+        if algo is not None and run_algo is not None and algo != run_algo:
+            # MindFormers' context-parallel algorithm (`outputs.MINDFORMERS_CP_ALGO`): a Ulysses run priced beside a
+            # yaml of the ring, or the other way round, is another run
+            raise InputError(
+                where,
+                "parallel_config.context_parallel_algo",
+                f"{shown(algo)}, the run config has cp_variant {run.parallel.cp_variant} ({run_algo}"
+                f"{', the default' if run_algo == ring else ''}): ppb checks the plan at the run's",
+            )
         if run.parallel.tp > 1:  # MindFormers' sequence parallelism splits along model_parallel: none at 1
             said = parallel.get("use_seq_parallel")
             sp = run.parallel.sequence_parallel

@@ -233,6 +233,24 @@ CHANGES: dict[str, Change] = {
         "TE's Linear and GroupedLinear take `save_original_input` (module/linear.py), which Megatron-Core sets "
         'only from this release on (`is_te_min_version("2.6.0dev0")`); before, no such option',
     ),
+    "layer_wise_param_layout": Change(
+        MEGATRON_CORE,
+        "0044db1f20",
+        "2026-05-20",
+        (0, 18),
+        "Muon's layer-wise distributed optimizer lays its parameters out precomputed, the non-Muon ones through a "
+        "DistributedOptimizer of their own (optimizer/__init__.py, training.py; `--no-use-layer-wise-param-layout` "
+        "keeps the old path); before, every parameter in one layer-wise buffer (the old path)",
+    ),
+    "layout_holds_mtp": Change(
+        MEGATRON_CORE,
+        "d7bf5aaaa8",
+        "2025-08-26",
+        (0, 15),
+        "--pipeline-model-parallel-layout places the MTP layers (`m`); before, a layout with `m` is refused and "
+        "every MTP layer sits on the last pipeline stage (multi_token_prediction.py `get_mtp_num_layers_to_build`: "
+        '"we only support put all of MTP layers on the last pipeline stage")',
+    ),
     "fsdp_grads_own_dtype": Change(
         MEGATRON_CORE,
         "adfe9e11d9",

@@ -18,7 +18,8 @@ and MindFormers files, a torchtitan search its TOML besides):
   (`megatron.flags`: the fastest plan Megatron-Core can say when it cannot say the plan; with none, no
   layout: the plan's layout without its recompute does not run as priced);
 * `NN-<name>.mindformers.yaml`, for a MindFormers search: MindFormers' `parallel_config` (data_parallel, model_parallel,
-  pipeline_stage, context_parallel, expert_parallel, micro_batch_num, use_seq_parallel),
+  pipeline_stage, context_parallel, expert_parallel, micro_batch_num, use_seq_parallel, with cp the
+  context_parallel_algo),
   `parallel.enable_parallel_optimizer` (with chunks, `parallel.pipeline_config`), `model.model_config` (offset,
   pp_interleave_num) and
   `recompute_config` (recompute, select_recompute, select_comm_recompute);
@@ -40,7 +41,7 @@ from typing import Any
 
 import yaml
 
-from ppb_core.balance.outputs import interleave_keys
+from ppb_core.balance.outputs import MINDFORMERS_CP_ALGO, interleave_keys
 from ppb_core.balance.torchtitan_plan import torchtitan
 from ppb_core.io import write_files
 from ppb_core.search.enumerate import Refusal, Strategy, validate
@@ -123,6 +124,7 @@ def mindformers_settings(strategy: Strategy, plan: dict[str, Any]) -> dict[str, 
             "expert_parallel": s.ep,
             "micro_batch_num": s.micro_batches,
             "use_seq_parallel": s.sequence_parallel,
+            **({"context_parallel_algo": MINDFORMERS_CP_ALGO[s.cp_variant]} if s.cp > 1 else {}),
         },
         # with chunks, MindSpore's interleaved pipeline as well (`interleave_keys`: without it MindFormers runs one
         # chunk a stage and refuses the offsets' rows)

@@ -47,7 +47,7 @@ from dataclasses import dataclass
 
 from ppb_core.config.devices import DeviceProfile, measured_share
 from ppb_core.config.run import RunConfig
-from ppb_core.timing.flops import ALL_GATHER, ALL_REDUCE, ALL_TO_ALL, P2P, REDUCE_SCATTER, Collective
+from ppb_core.timing.flops import ALL_GATHER, ALL_REDUCE, ALL_TO_ALL, ONE_SHOT, P2P, REDUCE_SCATTER, Collective
 
 
 @dataclass(frozen=True)
@@ -158,6 +158,8 @@ def collective_seconds(collective: Collective, links: Links) -> float:
         leaving = share * (size - local) if collective.inter_node_bytes is None else collective.inter_node_bytes
         inter = leaving / (collective.inter_node_bytes_per_s or links.inter_node_bytes_per_s)
         return max(intra, inter) + (size - 1) * step
+    if collective.method == ONE_SHOT and local >= size:  # one kernel over NVLink (`Collective.method`)
+        return one_shot_seconds(collective, links)
     bandwidth = links.ring_bytes_per_s(local, size)
     steps = 1 if links.mesh(local, size) else size - 1  # HCCL's Mesh: one step (module docstring)
     if collective.kind in (ALL_GATHER, REDUCE_SCATTER):

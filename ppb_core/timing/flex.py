@@ -40,6 +40,12 @@ d98e8a64; HybridEP: deepseek-ai/DeepEP branch hybrid-ep at 94a9f8f).
   device while the dispatch's transfer runs (its permute blocks wait for the last chunk), the combine's
   unpermute blocks only for their local pass (`flex_sms` by direction). NCCL EP's default (`max_num_sms`
   0) is NCCL's choice: ppb's device `comm_sms`.
+* **The routing maps.** Each forward dispatch (no handle yet; the backward reuses it) HybridEP gathers its group's
+  [tokens, experts] bool routing maps before its metadata scan reads them (hybrid_ep.cu `metadata_preprocessing`,
+  executor.cu `allgather_routing_map`, hybrid-ep 7febc6e and 94a9f8f): inside one NVLink domain its own one-shot
+  kernel (extension/allgather.cu `ag_nvl_kernel`, 32 SMs writing every peer's buffer), across domains NCCL's
+  `all_gather_into_tensor` (`flops.moe_ops` `dispatch_map`, `flops.ONE_SHOT`). Megatron's TE graphs of
+  `moe_preprocess` hold none of this: HybridEP's `dispatch_preprocess` only reshapes (`graphs.PREPROCESS_OUTSIDE`).
 * **Host.** Dropless, HybridEP reads the permuted row count on the host inside the dispatch
   (`num_permuted_tokens` None: "causes a D2H synchronization", fused_a2a.py `hybrid_ep_dispatch`), as
   DeepEP's dispatch waits for its counts and NCCL EP's eager mode sizes its receive buffer from them:

@@ -92,6 +92,10 @@ ALL_GATHER, REDUCE_SCATTER, ALL_REDUCE, ALL_TO_ALL, P2P = (
 )
 
 
+# `Collective.method` of a collective run as one kernel over NVLink (HybridEP's routing-map all-gather).
+ONE_SHOT = "one_shot"
+
+
 @dataclass(frozen=True)
 class Collective:
     """One collective: *payload_bytes* is the whole tensor per device (the gathered tensor of an
@@ -108,8 +112,9 @@ class Collective:
     # peers (a dispatcher that sends a token once per destination node); None: that share.
     inter_node_bytes: float | None = None
     # How TransformerEngine's userbuffers overlap runs it beside its partner GEMM under Megatron's
-    # --tp-comm-overlap (`ppb_core.timing.userbuffers`): "ring_exchange" or "pipeline"; None: the
-    # generic overlap share.
+    # --tp-comm-overlap (`ppb_core.timing.userbuffers`): "ring_exchange" or "pipeline"; `ONE_SHOT`: one
+    # kernel writing every peer's slice over NVLink at once (`comm.one_shot_seconds`) where the group sits in
+    # one NVLink domain, a ring across; None: the generic overlap share.
     method: str | None = None
     # Ring attention (`ppb_core.timing.ring`): the payload moves as this many equal exchanges, each
     # beside one ring step of the attention core (its flash ops' time over cp), where an exchange
@@ -2043,11 +2048,19 @@ def moe_ops(kind: BodyKind, moe: Moe, geo: OpGeometry, p: str = "") -> list[Op]:
         # local pass before the combine sends (`ppb_core.timing.flex`); NCCL EP's kernels read the rows
         permute_pass = 0.0
         unpermute_pass = local_pass if geo.dispatcher == "hybridep" else 0.0
+    routing_map = 0.0  # HybridEP's routing maps gathered over its group, bytes a rank (below)
     if geo.dispatcher == "hybridep":
         # HybridEP's metadata scan (preprocessing, forward only) and, unfused, its own permute kernel, whose
         # backward is the unpermute in `combine_with_unpermute` (csrc/hybrid_ep/hybrid_ep.cu)
         permute_launches = (1.0, 0.0) if geo.flex_in_kernel else (2.0, 1.0)
         unpermute_launches = (0.0, 0.0) if geo.flex_in_kernel else (1.0, 1.0)
+        # the scan runs over every rank's routing map (hybrid_ep.cu `metadata_preprocessing`, executor.cu
+        # `allgather_routing_map`, hybrid-ep 7febc6e (Megatron-LM's MoE recipes' pin) and 94a9f8f alike: its
+        # custom all-gather kernel in one NVLink domain, extension/allgather.cu `ag_nvl_kernel` on 32 SMs writing
+        # each peer's buffer, `ONE_SHOT`; NCCL's `all_gather_into_tensor` across domains): one bool a
+        # token and expert of the map `MoEFlexTokenDispatcher._initialize_metadata` expands over expert TP,
+        # gathered over expert TP × EP, read once by the scan
+        routing_map = geo.tokens / geo.tp * experts * geo.etp * geo.etp * geo.ep
         if geo.router_bytes != STATS_BYTES:  # HybridEP takes fp32 probabilities: `_HybridEPManager.dispatch`
             # casts them (`self.token_probs.float()`, 0d8e0714cd and core_v0.17.0), its gradient cast back
             permute_launches = (permute_launches[0] + 1.0, permute_launches[1] + 1.0)
@@ -2064,12 +2077,22 @@ def moe_ops(kind: BodyKind, moe: Moe, geo: OpGeometry, p: str = "") -> list[Op]:
                 syncs=1,
             )
         )
+    if routing_map and geo.ep * geo.etp > 1:
+        ops.append(
+            Op(
+                p + "dispatch_map",
+                block,
+                COMM,
+                inputs=(p + "router_topk",),
+                forward_comm=Collective(ALL_GATHER, "tp_ep", routing_map, "ep", method=ONE_SHOT),
+            )
+        )
     ops.append(
         dataclasses.replace(
             _elementwise(
                 p + "permute",
                 block,
-                permute_pass + sort,
+                permute_pass + sort + routing_map,
                 unpermute_pass + sort,
                 inputs=(norm, p + "router_topk"),
             ),
