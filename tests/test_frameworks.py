@@ -1074,6 +1074,10 @@ def test_torchtitan_pipeline_receive_buffers():
     mid = run.model_copy(update={"framework_release": FrameworkRelease(pytorch="2.8")})
     peaks = stage_peaks(model(mid), walk(mid), [[2, 1]], device_bytes=80 * 2**30)
     assert [peak.buffer_bytes for peak in peaks] == [49152, 3 * 8192 + 3 * 131072]
+    # PyTorch 2.13 under torchtitan 9dec370 (2024-12-26), which does not pass return_outputs=False: the same
+    late = run.model_copy(update={"framework_release": FrameworkRelease(torchtitan="2024-12-26")})
+    peaks = stage_peaks(model(late), walk(late), [[2, 1]], device_bytes=80 * 2**30)
+    assert [peak.buffer_bytes for peak in peaks] == [49152, 3 * 8192 + 3 * 131072]
 
 
 # --- the gradient reduction ----------------------------------------------------------------------------

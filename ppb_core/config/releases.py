@@ -297,6 +297,15 @@ CHANGES: dict[str, Change] = {
         "stage, and torchtitan passes it from e5ef99aab (2025-10-22, v0.2.1: train.py); before, the last stage "
         "kept every micro-batch's output (the logits) in `output_chunks` until the next step",
     ),
+    "torchtitan_pp_return_outputs": Change(
+        TORCHTITAN,
+        "e5ef99aab",
+        "2025-10-22",
+        (0, 2),  # v0.2.1 on (v0.2.0, 2025-10-17, predates it; a tag states major.minor only)
+        "torchtitan's train.py calls `pp_schedule.step(..., return_outputs=False)` (#1922), which PyTorch 2.10's "
+        "pipelining takes to keep no output chunk on the last stage (`pp_step_return_outputs`); before, the "
+        "default kept them",
+    ),
     "inductor_autotune_host_copies": Change(
         PYTORCH,
         "v2.6.0",

@@ -148,8 +148,9 @@ Each rule names the file and function it follows; docs/frameworks.md tabulates t
   (`framework_release.pytorch`; pytorch/pytorch#153383) every stage also appended every output to
   `output_chunks`, cleared only as the next step starts: all `m` of them, at every moment and the step
   (exact where the stage's last forward runs at its most in flight, as 1F1B's steady state does). Before
-  PyTorch 2.10 (#165822's `step(return_outputs=False)`, which torchtitan passes from e5ef99aab) the last
-  stage keeps every micro-batch's logits there: `m − in flight` beside those in flight.
+  PyTorch 2.10 (#165822's `step(return_outputs=False)`), or before torchtitan passes it (e5ef99aab,
+  `framework_release.torchtitan`), the last stage keeps every micro-batch's logits there: `m − in flight`
+  beside those in flight.
 """
 
 from __future__ import annotations
@@ -525,7 +526,10 @@ class TorchtitanRules(FrameworkRules):
             found += micro_batches * boundary
             kept = in_flight if setup.release.holds("pp_output_chunks_last_only") else micro_batches
             found += kept * boundary
-        elif not setup.release.holds("pp_step_return_outputs"):  # the last: every micro-batch's logits to the next step
+        elif not (
+            setup.release.holds("pp_step_return_outputs") and setup.release.holds("torchtitan_pp_return_outputs")
+        ):
+            # the last stage: every micro-batch's logits to the next step
             vocab = max((kind.vocab_size for kind in tails if kind.has_output), default=0)
             found += (micro_batches - in_flight) * setup.dtype_bytes * setup.tokens * per_rank(vocab, setup.tp)
         return found
