@@ -25,6 +25,10 @@
   torchtitan checks the stage count it gives against the schedule first.
 
 `ppb import torchtitan` (`torchtitan_import`) reads these lines back to the same split.
+
+A run stating a torchtitan release from 9810191bb (2026-02-23) gets no lines, torchtitan reading no job TOML
+from then (`NO_TOML`); from 114151ad4 (2026-03-23) the op policy is `mode = "selective"` with no option key,
+and an every-N-th plan's recompute is not expressible (`NO_EVERY`).
 """
 
 from __future__ import annotations
