@@ -5,13 +5,11 @@ Two sources, one group ("Megatron-Bridge cards"). First, the model verification 
 (dense, GQA, MoE and MLA decoders) at its own bridge_commit's recipe, `bridge_verification_rows` below: the tuned
 `pretrain_performance` entries and the bounded `pretrain` runs on real data. Not priced, and why (`SKIPPED_CARDS`,
 printed by bench/public_runs.py): hybrid Mamba models (Nemotron 3 / 3.5); attention ppb does not describe
-(DeepSeek-V4's compressed attention, GLM-5's DSA, Qwen3.5's Gated DeltaNet); full-iteration graphs
-over paged expert stashes at a fixed rank capacity (every MXFP8 Blackwell entry of Qwen3, GPT-OSS and DeepSeek-V3
-but the Qwen3 30B GB200 functional run, whose FP8 attention is priced: `_qwen3_30b_gb200_functional`);
-NVFP4 (Nemotron 3 Super GB300); SFT and PEFT entries (packed variable-length sequences, LoRA); vision-language
-cards (Gemma); checkpoint_resume entries (their pretrain entry's recipe, priced once). Unstated settings are flagged
-in each row's assumptions (natural routing priced balanced, the large-gradient check, unfused kernels ppb prices
-fused).
+(DeepSeek-V4's compressed attention, GLM-5's DSA, Qwen3.5's Gated DeltaNet); NVFP4 (Nemotron 3 Super GB300); SFT and
+PEFT entries (packed variable-length sequences, LoRA); vision-language cards (Gemma); checkpoint_resume entries
+(their pretrain entry's recipe, priced once). Unstated settings are flagged in each row's assumptions (natural
+routing priced balanced, the large-gradient check, unfused kernels ppb prices fused). The MXFP8 Blackwell entries
+run the paged expert stash and TE's fused grouped MLP, both priced (`_mxfp8_blackwell_rows`).
 
 Second, one matched pair: Megatron-Core's combined 1F1B (`overlap_moe_expert_parallel_comm`) off and on under the flex
 dispatcher's HybridEP backend, Qwen3 30B-A3B in BF16 on 16 H100 (NVIDIA-NeMo/Megatron-Bridge 7ded17dae,
@@ -49,11 +47,15 @@ from _nemo import (
     CUDNN_2604,
     KIMI_K2,
     QWEN3_30B_A3B,
+    QWEN3_235B_A22B,
+    _deepseek_layout,
     _deepseek_v3_run,
     _flex,
     _gpt_oss_run,
     _qwen3_run,
+    _split_layout,
     _te_graphs,
+    nvlink_domain,
 )
 
 BRIDGE_CARDS = (
@@ -127,6 +129,9 @@ _PINS: dict[str, tuple[str, str, str]] = {
     "411c6b1dc": ("58bf14e9e6", "2026-07-21", "2.17"),  # uv.lock 2.17.0+2e559f06
     "6799f0997": ("d12f6c8c9a", "2026-08-08", "2.17"),  # uv.lock 2.17.1
     "487f56398": ("6cd6ea530e", "2026-07-23", "2.17"),  # uv.lock 2.17.0+2e559f06
+    "6e1b47893": ("6cd6ea530e", "2026-07-23", "2.17"),  # uv.lock 2.17.0+2e559f06
+    "0480586879": ("2a75ac12c5", "2026-08-13", "2.18"),  # uv.lock 2.18.0+e7c550c5
+    "fbb7570cf": ("2a75ac12c5", "2026-08-13", "2.18"),  # uv.lock 2.18.0+e7c550c5
 }
 # The cards whose verification_environment names a PyTorch container, not a NeMo one, ran that container's PyTorch:
 # nvcr.io/nvidia/pytorch:26.04-py3, PyTorch 2.11.0a0 with cuDNN 9.20.0.48 (as NeMo 26.04, built on it, states them:
@@ -342,6 +347,186 @@ def _qwen3_30b_gb200_functional() -> dict[str, Any]:
     }
 
 
+# ---- The MXFP8 Blackwell performance entries: `_enable_hybridep_full_iteration_mxfp8` (perf_recipes/qwen/common.py at
+# 6e1b47893, 0480586879 and fbb7570cf, line for line): full-iteration CUDA graphs, the paged expert stash at a rank
+# capacity of 1.5 (moe_paged_stash, moe_expert_rank_capacity_factor 1.5, stash buffers of 1.2 on the device and
+# 1.0 on the host), TE's op fuser with a 32-wide GLU interleave (the fused grouped MLP; the recipe's environment
+# sets NVTE_CUTEDSL_FUSED_GROUPED_MLP=1), HybridEP's preprocessing on 32 SMs, the high-priority all-to-all
+# stream, TE's FP8 attention, the combined 1F1B with delay_wgrad_compute (tp_comm_overlap asked, off at TP 1).
+_PAGED_STASH_NOTES = (
+    "routing balanced (forced)",
+    "HybridEP's preprocessing SMs (32), its combine chunk, the layernorm and cuDNN cluster SM margins and the "
+    "high-priority all-to-all stream (environment and stream settings) not priced",
+    "the paged stash's copies on their side stream hidden behind the next layer's work (not priced)",
+)
+
+
+def _paged_stash_mxfp8(raw: dict[str, Any]) -> dict[str, Any]:
+    """`_enable_hybridep_full_iteration_mxfp8` over a Qwen3 MXFP8 perf recipe (`_benchmark_common`: BF16
+    gradient reduction, average_in_collective, no NaN checks, HybridEP on 32 SMs)."""
+    raw["timing"].update(
+        _flex("hybridep"),
+        cuda_graph_impl="full_iteration",
+        use_transformer_engine_op_fuser=True,
+        moe_mlp_glu_interleave_size=32,
+        moe_expert_rank_capacity_factor=1.5,
+        moe_paged_stash=True,
+        moe_paged_stash_buffer_size_factor_cuda=1.2,
+        moe_paged_stash_buffer_size_factor_cpu=1.0,
+        fp8_dot_product_attention=True,
+        ddp_average_in_collective=True,
+    )
+    return raw
+
+
+def _qwen3_30b_mxfp8(device: str, gpus: int, gbs: int, mbs: int, commit: str, ms: float, item: str) -> dict:
+    """`qwen3_30b_a3b_pretrain_8gpu_{gb200,gb300}_fp8mx_config` (perf_recipes/qwen/{gb200,gb300}/qwen3_moe.py at
+    *commit*) over recipes/qwen/h100/qwen3_moe.py's 8-GPU config: `_perf_precision("fp8_mx")` (MXFP8 GEMMs and
+    parameter gathers, fp32 moments), bias-activation and router fusion, no recompute, forced balance, sequence
+    4096, TP 1, PP 1, EP 8, no SP, HybridEP, then `_enable_hybridep_full_iteration_mxfp8`. The card's command
+    overrides the global batch only (the weak-scaling points: 64 sequences a GPU)."""
+    point = " weak-scaling point" if item == "pretrain_weak_scaling" else ""
+    label = (
+        f"Qwen3 30B-A3B MXFP8 EP8 HybridEP paged stash full-iteration graphs MBS{mbs}{point} ({gpus} {device.upper()})"
+    )
+    raw = _qwen3_run(label, QWEN3_30B_A3B, gpus, gbs, mbs, {"ep": 8}, device, a2a_overlap=True, fp8_recipe="mxfp8")
+    raw["parallel"]["devices_per_node"] = nvlink_domain(gpus)
+    notes = _PAGED_STASH_NOTES
+    if gpus > 8:
+        notes = (*notes, "the NVLink domain as NeMo's sbatch segments (Megatron-Bridge's launcher sets none)")
+    return {
+        "raw": _pinned(_paged_stash_mxfp8(raw), commit),
+        "label": label,
+        "card": "qwen3-30b-a3b",
+        "item": item,
+        "gpu": device.upper() if item == "pretrain_performance" else f"{device.upper()} {gpus} GPUs",
+        "commit": commit,
+        "ms": ms,
+        "notes": notes,
+    }
+
+
+# the card's pretrain_weak_scaling.GB300 points at fbb7570cf: (GPUs, GBS, last_10_steps_step_time_ms_avg)
+_WEAK_SCALING_GB300 = ((8, 512, 5889.420), (32, 2048, 5814.290), (128, 8192, 5831.720), (256, 16384, 5818.620))
+
+
+def _mxfp8_blackwell_rows() -> list[dict[str, Any]]:
+    """The cards' MXFP8 Blackwell entries, every one over the paged stash and TE's fused grouped MLP: Qwen3
+    30B-A3B's pretrain_performance GB200 (6e1b47893, MBS 4) and GB300 (0480586879, MBS 8) and its GB300
+    weak-scaling points (fbb7570cf, MBS 8); Qwen3 235B-A22B's, GPT-OSS 120B's and DeepSeek-V3's."""
+    rows = [
+        _qwen3_30b_mxfp8("gb200", 8, 512, 4, "6e1b47893", 6501.120, "pretrain_performance"),
+        _qwen3_30b_mxfp8("gb300", 8, 512, 8, "0480586879", 5854.910, "pretrain_performance"),
+    ]
+    for gpus, gbs, ms in _WEAK_SCALING_GB300:
+        rows.append(_qwen3_30b_mxfp8("gb300", gpus, gbs, 8, "fbb7570cf", ms, "pretrain_weak_scaling"))
+    # the Qwen3 235B-A22B card's pretrain_performance GB200 (0480586879: PP 8, VP 3, MBS 1) and GB300 (fbb7570cf:
+    # PP 4, VP 12, MBS 2)
+    rows.append(_qwen3_235b_mxfp8("gb200", 8, 3, 1, "0480586879", 17905.340))
+    rows.append(_qwen3_235b_mxfp8("gb300", 4, 12, 2, "fbb7570cf", 14920.840))
+    rows.append(_gpt_oss_120b_gb300_mxfp8())  # the GPT-OSS 120B card's pretrain_performance GB300
+    # the DeepSeek-V3 card's pretrain_performance GB200 (PP 4, EP 64, mla_up_proj recomputed) and GB300 (PP 2,
+    # EP 32, nothing recomputed, FP8 attention)
+    rows.append(_deepseek_v3_mxfp8("gb200", 4, 64, ["mla_up_proj"], False, 13841.180))
+    rows.append(_deepseek_v3_mxfp8("gb300", 2, 32, [], True, 10667.300))
+    return rows
+
+
+def _qwen3_235b_mxfp8(device: str, pp: int, vp: int, mbs: int, commit: str, ms: float) -> dict[str, Any]:
+    """`qwen3_235b_a22b_pretrain_256gpu_{gb200,gb300}_fp8mx_config` (perf_recipes/qwen/{gb200,gb300}/qwen3_moe.py at
+    *commit*) over recipes/qwen/h100/qwen3_moe.py `qwen3_235b_a22b_pretrain_256gpu_h100_bf16_config` (the embedding
+    and the loss each counted as a layer in the pipeline split: 94 + 2 = 96 over the virtual stages): MXFP8, no
+    recompute, router and bias-activation fusion, forced balance, sequence 4096, TP 1, PP *pp*, VP *vp*, EP 32, no
+    SP, GBS 8192, MBS *mbs*, HybridEP, then `_enable_hybridep_full_iteration_mxfp8`."""
+    graphs = "paged stash full-iteration graphs"
+    label = f"Qwen3 235B-A22B MXFP8 PP{pp} VP{vp} EP32 HybridEP {graphs} (256 {device.upper()})"
+    stages = pp * vp
+    parallel = {"pp": pp, "vp": vp, "ep": 32}
+    layout = _split_layout(stages, 96 // stages)
+    raw = _qwen3_run(
+        label, QWEN3_235B_A22B, 256, 8192, mbs, parallel, device, a2a_overlap=True, layout=layout, fp8_recipe="mxfp8"
+    )
+    raw["parallel"]["devices_per_node"] = nvlink_domain(256)
+    notes = (*_PAGED_STASH_NOTES, "the NVLink domain as NeMo's sbatch segments (Megatron-Bridge's launcher sets none)")
+    return {
+        "raw": _pinned(_paged_stash_mxfp8(raw), commit),
+        "label": label,
+        "card": "qwen3-235b-a22b",
+        "gpu": device.upper(),
+        "commit": commit,
+        "ms": ms,
+        "notes": notes,
+    }
+
+
+def _gpt_oss_120b_gb300_mxfp8() -> dict[str, Any]:
+    """`gpt_oss_120b_pretrain_64gpu_gb300_fp8mx_config` (perf_recipes/gpt_oss/gb300/gpt_oss.py at 0480586879) over
+    recipes/gpt_oss/h100/gpt_oss.py `gpt_oss_120b_pretrain_64gpu_h100_bf16_config` (per-token loss, no recompute):
+    `_perf_precision("fp8_mx")` (MXFP8 GEMMs and parameter gathers, BF16 gradient reduction), router fusion,
+    forced balance, TP 1, PP 1, EP 16 on 64 GB300 (DP 64), no SP, GBS 1280, MBS 4, `_benchmark_common` (TE's
+    cross-entropy, rope fusion), then perf_recipes/gpt_oss/common.py `_apply_gpt_oss_120b_full_iter_fp8mx_configs`:
+    `_enable_hybridep_full_iteration_mxfp8`'s settings (HybridEP on 32 SMs) and `fp8_output_proj` (the LM head as an
+    MXFP8 TE linear)."""
+    label = "GPT-OSS 120B MXFP8 EP16 HybridEP paged stash full-iteration graphs (64 GB300)"
+    raw = _gpt_oss_run(label, "26.04", "gb300", 64, 1280, 4, 1, 16, hybridep=True, a2a_overlap=True, recompute=False)
+    raw["timing"].update(matmul_dtype="fp8", fp8_recipe="mxfp8", fp8_param_gather=True, calculate_per_token_loss=True)
+    raw["training"]["fp8_cache"] = "linear"
+    raw = _pinned(_paged_stash_mxfp8(raw), "0480586879")
+    raw["timing"]["ddp_average_in_collective"] = False  # per-token loss: the base recipe's average off
+    return {
+        "raw": raw,
+        "label": label,
+        "card": "gpt-oss-120b",
+        "gpu": "GB300",
+        "commit": "0480586879",
+        "ms": 2481.140,
+        "notes": (
+            *_PAGED_STASH_NOTES,
+            "the LM head's MXFP8 GEMM (fp8_output_proj) priced in 16 bits",
+            "the attention sinks' softmax offset priced as plain flash attention",
+        ),
+    }
+
+
+def _deepseek_v3_mxfp8(device: str, pp: int, ep: int, modules: list[str], fp8_attention: bool, ms: float) -> dict:
+    """`deepseek_v3_pretrain_256gpu_{gb200,gb300}_fp8mx_config` (perf_recipes/deepseek/{gb200,gb300}/deepseek_v3.py
+    at 79308d0d9, the card's verification_environment commit; its entries name none) over recipes/deepseek/
+    deepseek_v3.py's config: `_perf_precision("fp8_mx")`, `_deepseek_v3_common` (selective recompute, router fusion,
+    forced balance), TP 1, PP *pp* with 16 virtual stages of 4 layers ("Et*4|(t*4|)*14tmL": the GB200's
+    `set_deepseek_v3_pipeline_model_parallel_layout` (4, 4), the GB300's stated), EP *ep*, no SP, GBS 4096, MBS 1,
+    recompute of *modules*, gradient reduce-scatters overlapped, `_benchmark_common`, then
+    perf_recipes/deepseek/common.py `_enable_deepseek_full_iteration_mxfp8` (HybridEP on 32 SMs, no shared-expert
+    overlap, full-iteration graphs, rank capacity 1.5, the paged stash at 1.2 / 1.0, the op fuser at a 32-wide GLU
+    interleave, `fp8_output_proj`, FP8 attention on the GB300 only, the combined 1F1B with delayed weight
+    gradients)."""
+    vp = 16 // pp
+    label = f"DeepSeekV3 MXFP8 PP{pp} VP{vp} EP{ep} HybridEP paged stash full-iteration graphs (256 {device.upper()})"
+    parallel = {"pp": pp, "ep": ep}
+    raw = _deepseek_v3_run(label, 256, 4096, 1, parallel, _deepseek_layout(16, 4), device, modules, a2a_overlap=True)
+    if not modules:
+        del raw["training"]["recompute"]
+    raw["parallel"]["devices_per_node"] = nvlink_domain(256)
+    raw = _pinned(_paged_stash_mxfp8(raw), "79308d0d9")
+    raw["timing"]["fp8_dot_product_attention"] = fp8_attention
+    return {
+        "raw": raw,
+        "label": label,
+        "card": "deepseek-v3",
+        "gpu": device.upper(),
+        "commit": "79308d0d9",
+        "ms": ms,
+        "notes": (
+            *_PAGED_STASH_NOTES,
+            "the first three layers' dense MLPs (TEFusedMLP under the op fuser) priced as TE's modules",
+            "the LM head's MXFP8 GEMM (fp8_output_proj) priced in 16 bits",
+            _BF16_MOMENTS,
+            "the card's base container nemo:26.08.rc5 (no public release list): PyTorch from the commit's "
+            "Dockerfile base",
+            "the NVLink domain as NeMo's sbatch segments (Megatron-Bridge's launcher sets none)",
+        ),
+    }
+
+
 # openai/gpt-oss-20b config.json: the 120B's layer (hidden 2880, 64 query and 8 key-value heads of 64, sinks, the
 # window of 128 on every other layer from the first, quick-GEGLU experts of 2880 with biases and clamp 7, YaRN 32)
 # at 24 layers and 32 experts, top 4; ppb's reading of configs/hf/gpt-oss-120b.json with those three changed
@@ -483,13 +668,6 @@ def _moonlight_h100() -> dict[str, Any]:
 # The cards' timed entries not priced, and why (printed by bench/public_runs.py).
 SKIPPED_CARDS: tuple[tuple[str, str], ...] = (
     (
-        "Megatron-Bridge cards: Qwen3 30B-A3B MXFP8 GB200 / GB300 (and the GB300 weak-scaling points, 8-256 GPUs), "
-        "Qwen3 235B-A22B MXFP8 GB200 / GB300, GPT-OSS 120B MXFP8 GB300, DeepSeek-V3 MXFP8 GB200 / GB300",
-        "full-iteration graphs over paged expert stashes at a rank capacity of 1.5 (moe_paged_stash, "
-        "moe_expert_rank_capacity_factor: static expert shapes ppb cannot state; `_enable_hybridep_full_iteration_"
-        "mxfp8` and its DeepSeek and GPT-OSS twins); their FP8 attention ppb prices (timing.fp8_dot_product_attention)",
-    ),
-    (
         "Megatron-Bridge cards: every checkpoint_resume entry",
         "its pretrain entry's recipe resumed at step 50 (train.empty_unused_memory_level 2 added): priced once, as "
         "the pretrain entry",
@@ -526,7 +704,7 @@ def bridge_verification_rows() -> list[dict[str, Any]]:
         _gpt_oss_20b_h100_functional(),
         _qwen3_30b_gb200_functional(),
     )
-    for entry in (*entries, *functional):
+    for entry in (*entries, *functional, *_mxfp8_blackwell_rows()):
         raw, ms, item = entry["raw"], entry["ms"], entry.get("item", "pretrain_performance")
         window = "91-100" if item == "pretrain" else "41-50"  # the last ten of 100 bounded steps, or of 50
         rows.append(

@@ -202,6 +202,22 @@ _ROWS_2509: tuple[tuple[Any, ...], ...] = (
 _30B, _235B = QWEN3_30B_A3B, QWEN3_235B_A22B
 _HYBRID_ROUTER = {**_flex("hybridep"), **_te_graphs(*_ROUTER)}
 _HYBRID_ATTN_ROUTER = {**_flex("hybridep"), **_te_graphs("attn", *_ROUTER)}
+# v0.5.0's MXFP8 presets with `cutedsl_fused_grouped_mlp` and full-iteration graphs: utils/overrides.py
+# `set_workload_base_configs` (the op fuser, a 32-wide GLU interleave, with moe_a2a_overlap the high-priority
+# all-to-all stream and HybridEP's preprocessing on 32 SMs), qwen3_llm_pretrain.py `set_full_iter_cg_configs` (rank
+# capacity 1.5, the paged stash at 1.2 on the device and 1.0 on the host), the preset's fp8_dot_product_attention;
+# perf_plugins.py sets NVTE_CUTEDSL_FUSED_GROUPED_MLP=1 (`ppb_core.timing.fused_experts`)
+_PAGED_STASH = {
+    **_flex("hybridep"),
+    "cuda_graph_impl": "full_iteration",
+    "use_transformer_engine_op_fuser": True,
+    "moe_mlp_glu_interleave_size": 32,
+    "moe_expert_rank_capacity_factor": 1.5,
+    "moe_paged_stash": True,
+    "moe_paged_stash_buffer_size_factor_cuda": 1.2,
+    "moe_paged_stash_buffer_size_factor_cpu": 1.0,
+    "fp8_dot_product_attention": True,
+}
 _QWEN3_ROWS: tuple[tuple[Any, ...], ...] = (
     # ---- 26.02 (v0.3.0)
     # 30B ..._GB200_FP8_MX_V1: MBS 4, hybridep, TE graphs of the router (its FP8_CS sibling's add attention)
@@ -250,6 +266,19 @@ _QWEN3_ROWS: tuple[tuple[Any, ...], ...] = (
     # v0.3.1's 235B H100: V1's sizes with BASE_QWEN3_235B_A22B_CONFIG's deepep
     ("26.02.01", "Qwen3 235B FP8 TP2 PP8 VP4 EP32 (256 H100)", _235B, 256, 8192, 1,
      {"tp": 2, "pp": 8, "vp": 4, "ep": 32}, "h100-80gb", 1611.0, True, _split_layout(32, 3), _flex("deepep")),
+    # ---- 26.06 (v0.5.0): 30B ..._GB300_FP8_MX_V1 and ..._B300_FP8_MX_V1 (MBS 8), ..._GB200_FP8_MX_V1 (MBS 4): EP 8,
+    # moe_a2a_overlap, full-iteration graphs over the paged stash, the fused grouped MLP, FP8 attention; 235B
+    # ..._GB300_FP8_MX_V2 (PP 4, VP 12, EP 32, MBS 2) and ..._GB200_FP8_MX_V2 (PP 8, VP 3, EP 32, MBS 1) likewise
+    ("26.06", "Qwen3 30B-A3B MXFP8 EP8 paged stash (8 GB300)", _30B, 8, 512, 8, {"ep": 8}, "gb300", 45275.0, True,
+     None, _PAGED_STASH),
+    ("26.06", "Qwen3 30B-A3B MXFP8 EP8 paged stash (8 GB200)", _30B, 8, 512, 4, {"ep": 8}, "gb200", 40706.0, True,
+     None, _PAGED_STASH),
+    ("26.06", "Qwen3 30B-A3B MXFP8 EP8 paged stash (8 B300)", _30B, 8, 512, 8, {"ep": 8}, "b300", 40769.0, True,
+     None, _PAGED_STASH),
+    ("26.06", "Qwen3 235B MXFP8 PP4 VP12 EP32 paged stash (256 GB300)", _235B, 256, 8192, 2,
+     {"pp": 4, "vp": 12, "ep": 32}, "gb300", 9015.0, True, _split_layout(48, 2), _PAGED_STASH),
+    ("26.06", "Qwen3 235B MXFP8 PP8 VP3 EP32 paged stash (256 GB200)", _235B, 256, 8192, 1,
+     {"pp": 8, "vp": 3, "ep": 32}, "gb200", 7376.0, True, _split_layout(24, 4), _PAGED_STASH),
 )  # fmt: skip
 
 # The DeepSeek-V3 rows (GBS 4096, sequence 4096, MXFP8): configs/deepseek/deepseek_workload_base_configs.py
@@ -276,6 +305,16 @@ _DEEPSEEK_ROWS: tuple[tuple[Any, ...], ...] = (
     ("26.02.01", "DeepSeekV3 MXFP8 PP16 EP8 (256 B300)", 1, {"pp": 16, "ep": 8}, "b300", 3099.0, _flex("hybridep")),
     ("26.02.01", "DeepSeekV3 MXFP8 PP16 EP8 (256 B200)", 1, {"pp": 16, "ep": 8}, "b200", 2790.0, _flex("hybridep")),
 )  # fmt: skip
+# 26.06 (v0.5.0) DEEPSEEK_V3_PRETRAIN_CONFIG_GB300_FP8_MX_V2 (MBS 1, PP 2, VP 8, EP 32, nothing recomputed, FP8
+# attention) and ..._GB200_FP8_MX_V2 (MBS 1, PP 4, VP 4, EP 64, mla_up_proj recomputed): moe_a2a_overlap,
+# cutedsl_fused_grouped_mlp, full-iteration graphs; deepseek_llm_pretrain.py `set_full_iter_cg_configs` (the paged
+# stash at rank capacity 1.5) and `fp8_output_proj` under MXFP8 (the LM head as an MXFP8 TE linear: not priced).
+# (label, parallel, device, tokens/s per GPU, recompute modules, FP8 attention); GBS 4096
+_DEEPSEEK_2606_ROWS: tuple[tuple[Any, ...], ...] = (
+    ("DeepSeekV3 MXFP8 PP2 VP8 EP32 paged stash (256 GB300)", {"pp": 2, "ep": 32}, "gb300", 6338.0, [], True),
+    ("DeepSeekV3 MXFP8 PP4 VP4 EP64 paged stash (256 GB200)", {"pp": 4, "ep": 64}, "gb200", 4969.0, ["mla_up_proj"],
+     False),
+)  # fmt: skip
 
 # The GPT-OSS 120B rows (BF16, GBS 1280, sequence 4096): configs/gpt_oss/gpt_oss_workload_base_configs.py
 # `GPT_OSS_120B_PRETRAIN_CONFIG_<GPU>_BF16_V2` at v0.3.0 (v0.3.1 changes none of them): V1's settings at GBS 1280, none
@@ -298,6 +337,14 @@ _GPT_OSS_ROWS: tuple[tuple[Any, ...], ...] = (
     ("26.02.01", "GPT-OSS 120B BF16 EP64 GBS1280 (64 GB200)", "gb200", 1, 64, 4, 15754.0, True, {}),
     ("26.02.01", "GPT-OSS 120B BF16 PP4 EP8 GBS1280 (64 H100)", "h100-80gb", 4, 8, 1, 5984.0, True, {}),
 )  # fmt: skip
+# 26.06 (v0.5.0) GPT_OSS_120B_PRETRAIN_CONFIG_GB300_FP8_MX_V2 (EP 16) and ..._GB200_FP8_MX_V2 (EP 64, no
+# recompute): MBS 4, GBS 1280, HybridEP, moe_a2a_overlap, cutedsl_fused_grouped_mlp, full-iteration graphs, FP8
+# attention; gpt_oss_llm_pretrain.py `set_full_iter_cg_configs` (the paged stash at rank capacity 1.5, 1.2 / 1.0) and
+# `fp8_output_proj` under MXFP8 (not priced). (label, device, EP, tokens/s per GPU)
+_GPT_OSS_2606_ROWS: tuple[tuple[Any, ...], ...] = (
+    ("GPT-OSS 120B MXFP8 EP16 paged stash (64 GB300)", "gb300", 16, 33166.0),
+    ("GPT-OSS 120B MXFP8 EP64 paged stash (64 GB200)", "gb200", 64, 28947.0),
+)
 _GPT_OSS_NOTES = (
     "routing balanced (forced)",
     "the attention sinks' softmax offset priced as plain flash attention",
@@ -314,9 +361,10 @@ SKIPPED: tuple[tuple[str, str], ...] = (
         "8,960), and its 9,058 tokens/s is 1.77 times 26.02's at those sizes: which ran is unknown",
     ),
     (
-        "26.06 / 26.06.01 MoE rows (Qwen3, DeepSeek-V3, GPT-OSS, Kimi K2)",
-        "not transcribed; v0.5.0's presets add settings ppb does not price (e.g. Qwen3 30B GB200: "
-        "cutedsl_fused_grouped_mlp, full-iteration graphs over the paged expert stash at rank capacity 1.5)",
+        "26.06 / 26.06.01 MoE rows but 26.06's Qwen3, DeepSeek-V3 and GPT-OSS GB300 / GB200 MXFP8 ones (Qwen3 H100, "
+        "DeepSeek-V3 B300 and GBS 15360, GPT-OSS B300, Kimi K2, 26.06.01's)",
+        "not transcribed; their v0.5.0 presets' fused grouped MLP and paged stash are priced "
+        "(timing.use_transformer_engine_op_fuser, moe_paged_stash), as 26.06's Qwen3 MXFP8 rows",
     ),
     (
         "26.02.01 Qwen3 235B MXFP8 PP8 VP4 EP8 (256 B300)",
@@ -384,10 +432,28 @@ def nemo_release_rows() -> list[dict[str, Any]]:
         row = _release_row(release, label, raw, 256, 4096, tps, ())
         bridge = f"the {release} container's recipes as Megatron-Bridge {_RELEASES[release][2]}"
         rows.append({**row, "assumptions": (bridge, *_DEEPSEEK_ASSUMPTIONS, _BF16_MOMENTS)})
+    for label, parallel, device, tps, modules, fp8_attention in _DEEPSEEK_2606_ROWS:
+        raw = _deepseek_v3_run(label, 256, 4096, 1, parallel, _DS_LAYOUT, device, modules, a2a_overlap=True)
+        if not modules:
+            del raw["training"]["recompute"]
+        raw["timing"].update(_PAGED_STASH, fp8_dot_product_attention=fp8_attention)
+        row = _release_row("26.06", label, raw, 256, 4096, tps, ())
+        bridge = f"the 26.06 container's recipes as Megatron-Bridge {_RELEASES['26.06'][2]}"
+        unpriced = ("the LM head's MXFP8 GEMM (fp8_output_proj) priced in 16 bits",)
+        said = [note for note in _DEEPSEEK_ASSUMPTIONS if not (fp8_attention and note.startswith("attention in BF16"))]
+        rows.append({**row, "assumptions": (bridge, *said, _BF16_MOMENTS, *unpriced)})
     for release, label, device, pp, ep, mbs, tps, recompute, timing in _GPT_OSS_ROWS:
         raw = _gpt_oss_run(label, "26.04", device, 64, 1280, mbs, pp, ep, recompute=recompute)
         raw["timing"].update(timing)
         row = _release_row(release, label, raw, 64, 1280, tps, ())
         bridge = f"the {release} container's recipes as Megatron-Bridge {_RELEASES[release][2]}"
         rows.append({**row, "assumptions": (bridge, *_GPT_OSS_NOTES)})  # BF16: none of `_row`'s FP8 notes
+    for label, device, ep, tps in _GPT_OSS_2606_ROWS:
+        raw = _gpt_oss_run(label, "26.04", device, 64, 1280, 4, 1, ep, hybridep=True, a2a_overlap=True, recompute=False)
+        raw["timing"].update(_PAGED_STASH, matmul_dtype="fp8", fp8_recipe="mxfp8", fp8_param_gather=True)
+        raw["training"]["fp8_cache"] = "linear"
+        row = _release_row("26.06", label, raw, 64, 1280, tps, ())
+        bridge = f"the 26.06 container's recipes as Megatron-Bridge {_RELEASES['26.06'][2]}"
+        unpriced = "the LM head's MXFP8 GEMM (fp8_output_proj) priced in 16 bits"
+        rows.append({**row, "assumptions": (bridge, *_GPT_OSS_NOTES, unpriced)})
     return rows

@@ -35,6 +35,16 @@ BEFORE_V022: dict[str, Any] = {"norm_type": "rmsnorm", "repeat_kv": True, "sdpa_
 # Runs before 6e4988550 (2025-02-24: fused AdamW by default): foreach AdamW (1ea476e9f's train.py passes
 # foreach=True; 3faaa1a0d and 9dec370's optimizer.py `foreach: not fused`, fused off unless asked)
 FOREACH_ADAMW: dict[str, Any] = {"optimizer_implementation": "foreach"}
+# The torchtitan commits the published runs ran and their dates (`git log -1 --date=short` on pytorch/torchtitan):
+# each row states its commit as `framework_release.torchtitan`, so a rule of a later commit (its main's one wqkv
+# linear from 3396a4b37, 2026-06-24) is priced only for a run of a commit that holds it
+TORCHTITAN_COMMITS = {
+    "1ea476e9f": "2024-04-24",  # docs/performance.md's A100 rows
+    "3faaa1a0d": "2024-08-23",  # docs/performance.md's 405B rows
+    "9dec370": "2024-12-26",  # benchmarks/llama3_h100_202412_torchtitan.md
+    "e7c0cae": "2025-06-11",  # benchmarks/llama3-8b_h200_202506_trainy-whitefiber.md
+    "820504e": "2025-06-13",  # benchmarks/asyncTP_llama3_h100_2025-06_torchtitan.md
+}
 
 
 def torchtitan_run(
@@ -46,8 +56,10 @@ def torchtitan_run(
     micro_batches: int,
     recompute: str | dict[str, Any],
     device: dict[str, Any],
+    commit: str | None = None,
 ) -> dict[str, Any]:
-    """A torchtitan Llama run as its benchmarks run it: FSDP2 (ZeRO-3), bf16, flash attention.
+    """A torchtitan Llama run as its benchmarks run it: FSDP2 (ZeRO-3), bf16, flash attention; *commit*
+    (`TORCHTITAN_COMMITS`) the torchtitan commit it ran, stated as its date (None: unstated, v0.2.2's code).
 
     Every published torchtitan run priced here ran before torchtitan passed its own `early_stop`
     (25413d224, 2025-08-29; 1ea476e9f to 820504e wrap blocks with `ptd_checkpoint_wrapper(module,
@@ -61,9 +73,11 @@ def torchtitan_run(
         recompute = {"mode": "full"}
     if isinstance(recompute, dict) and recompute.get("mode") != "none":
         recompute = {**recompute, "early_stop": True}
+    release = {"framework_release": {"torchtitan": TORCHTITAN_COMMITS[commit]}} if commit else {}
     return {
         "name": name,
         "framework": "torchtitan",
+        **release,
         "models": [{"name": "llm", "spec": spec}],
         "parallel": {"fsdp": True, "zero": 3, **parallel},
         "training": {
@@ -84,7 +98,8 @@ def torchtitan_llama31_8b(gpus: int, device: dict[str, Any]) -> dict[str, Any]:
     """torchtitan's Llama 3.1 8B benchmark on *gpus* H100 (llama3_h100_202412_torchtitan.md, Tables 1
     and 3): FSDP over all of them, local batch 2 of 8192 tokens, per-op selective checkpointing."""
     recompute = {"mode": "selective", "option": "op"}
-    raw = torchtitan_run(f"torchtitan-llama3.1-8b-fsdp{gpus}", LLAMA31_8B, {"dp": gpus}, 8192, 2, 1, recompute, device)
+    name = f"torchtitan-llama3.1-8b-fsdp{gpus}"
+    raw = torchtitan_run(name, LLAMA31_8B, {"dp": gpus}, 8192, 2, 1, recompute, device, commit="9dec370")
     raw["timing"] |= FOREACH_ADAMW  # 9dec370
     return raw
 

@@ -22,9 +22,10 @@ takes local batch · sequence / (tokens/s · cp · tp · pp). Pipelined runs spl
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
-from _public import FOREACH_ADAMW, LLAMA3_405B, LLAMA31_8B, LLAMA31_70B, torchtitan_run
+from _public import FOREACH_ADAMW, LLAMA3_405B, LLAMA31_8B, LLAMA31_70B, TORCHTITAN_COMMITS, torchtitan_run
 
 _BENCH = "pytorch/torchtitan benchmarks"
 DEC2024 = f"{_BENCH}/llama3_h100_202412_torchtitan.md (runs at 9dec370)"
@@ -70,7 +71,10 @@ def _row(
     assumptions: tuple[str, ...],
 ) -> dict[str, Any]:
     name = f"torchtitan {label}"
-    raw = torchtitan_run(name, spec, parallel, seq, local_batch // micro_batches, micro_batches, recompute, device)
+    commit = re.search(r"\bat ([0-9a-f]{7,})", source)  # every source names the commit its runs ran
+    assert commit is not None and commit.group(1) in TORCHTITAN_COMMITS, source
+    per_rank = local_batch // micro_batches
+    raw = torchtitan_run(name, spec, parallel, seq, per_rank, micro_batches, recompute, device, commit.group(1))
     raw["timing"] |= timing
     if source.startswith((DEC2024, DOCS_2024)):  # before 6e4988550: foreach AdamW
         raw["timing"] |= FOREACH_ADAMW

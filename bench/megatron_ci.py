@@ -20,7 +20,8 @@ seconds are the median of the logged `iteration-time` values without iteration 1
 `run_iteration`. Reserved memory 0 (the counters leave the CUDA context and NCCL out).
 
 Families whose script is not pretrain_gpt.py (bert, t5, hybrid, multimodal, mimo) are counted as
-refused; so are the release cases (mixtral/), whose recipes (node count) are not in the repository,
+refused; so are the release cases (mixtral/), whose recipes (node count) are not in the repository
+(bench/public_memory.py prices them, and the 15B ones, at the dp their after-step memory gives),
 cases without training golden values (inference), and cases the reader refuses, grouped by the flag
 it names. A golden file's values may be older than d98e8a64, which ppb's rules follow: each row
 shows the last commit that set them and its date (`git log --follow`, a pure rename setting none), and

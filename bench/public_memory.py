@@ -17,14 +17,22 @@ Sources:
   Unstated flags take Megatron's defaults (megatron/training/arguments.py): attention and hidden
   dropout 0.1, LayerNorm, GeLU MLP of 4h, biases, learned absolute positions, the vocabulary
   padded to a multiple of 128·tp, fp32 main gradients (bf16 sets `--main-grads-dtype fp32`).
+- Megatron-LM's release tests (the same tree: gpt/gpt3_15b_8t_release_sm{,_gb200}, mixtral/*_release, the
+  DeepSeek-V3 proxies), the same counters of real multi-node runs: H100/GB200 files of main's weekly runs, A100
+  files of Megatron-Core 0.12.0's QA (`CORE_0_12_QA`). Their node count is not in the repository: each row
+  takes the data-parallel size whose after-step memory matches the file's and says so; the flex dispatcher's
+  buffers, which the allocator never counts (`ppb_core.memory.allocated.uncounted_bytes`), are left out.
 - torchtitan benchmarks/llama3_h100_202412_torchtitan.md (pytorch/torchtitan, runs at 9dec370):
   "Memory(GiB)" is train.py's `max_reserved_gib`, torch.cuda `reserved_bytes.all.peak`: the
-  caching allocator's reserved peak, which is at least the allocated peak. Shown as a bound,
-  not scored; its torch.compile rows compile the blocks (9dec370 leaves the loss eager). Likewise
-  Trainy's H200 file in the same folder (torchtitan e7c0cae: the blocks and the loss compiled).
+  caching allocator's reserved peak, which is at least the allocated peak. Beside the allocated
+  peak (a bound, not in the allocated rows' error) each is scored against ppb's reserved estimate
+  (`ppb_core.memory.reserved`); its torch.compile rows compile the blocks (9dec370 leaves the loss
+  eager). Likewise Trainy's H200 file in the same folder (torchtitan e7c0cae: the blocks and the
+  loss compiled).
 
 Prints each row's measured and predicted GiB and the error, then the largest absolute error of
-the allocated rows; then, for the Megatron rows, the memory after the optimizer step
+the allocated rows; then the reserved rows against ppb's reserved estimate, pool by pool, with their
+mean absolute error; then, for the Megatron rows, the memory after the optimizer step
 (`mem-allocated-bytes` of the same golden values) against ppb's optimizer moment, and the first
 iteration's peak (before the first step allocates Adam's moments) against ppb's peak without them;
 then each MoE row's peak at balanced routing and at the most one expert-parallel rank can receive
@@ -43,8 +51,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from ppb_core.config.run import RunConfig  # noqa: E402
-from ppb_core.memory.allocated import allocated_peak_bytes  # noqa: E402
+from ppb_core.memory.allocated import allocated_peak_bytes, uncounted_bytes  # noqa: E402
 from ppb_core.memory.model import MemoryModel, run_stage_peaks  # noqa: E402
+from ppb_core.memory.reserved import ReservedPools, reserved_pools  # noqa: E402
 from ppb_core.model.walk import walk  # noqa: E402
 
 sys.path.insert(0, str(ROOT / "bench"))
@@ -246,11 +255,14 @@ def _megatron_moe_rows() -> list[MeasuredPeak]:
             assumptions=(
                 "dp 2 (one node of 8 GPUs)",
                 "routing balanced (dropless_imbalance 1.0; the run's own imbalance is not published)",
-                "the recipe lists the case under mr-broken",
+                "one of three recordings of 2026-01-14 with the same flags (54.84, 55.54, 55.98 GiB: 69ba8096f0, "
+                "c292652b5d, 11debfa7b4), alike to iteration 3 (53.94), after which the case went to mr-broken "
+                "(ef159836f5)",
             ),
         ),
-        # The same case's golden values on DGX Cloud H100 (recorded with the code of Oct 2025, unchanged
-        # since a3a1f06787): the same first iteration and plateau, but no step up after iteration 29.
+        # The same case's golden values on DGX Cloud H100: byte for byte the DGX H100 recording of f5590597c4
+        # (2025-10-31: 55056003072, 57920647168, 57961472000, steps at iterations 2, 3 and 34), so the code of
+        # Oct 2025 rather than the cluster; its rise after iteration 3 is 0.04 GiB where 11debfa7b4's is 2.04.
         MeasuredPeak(
             "Megatron MoE-MLA 16L TP2 PP2 EP4 (H100, DGX Cloud)",
             f"{MEGATRON_TESTS}/moe/{case}/golden_values_dev_dgxh100_dgxc.json",
@@ -262,7 +274,7 @@ def _megatron_moe_rows() -> list[MeasuredPeak]:
             assumptions=(
                 "dp 2 (one node of 8 GPUs)",
                 "routing balanced (dropless_imbalance 1.0; the run's own imbalance is not published)",
-                "the same case and settings as the row above, another cluster's run",
+                "the same case and settings as the row above, the figures of its 2025-10-31 recording",
             ),
         ),
     ]
@@ -319,6 +331,13 @@ NEMOTRON_15B: dict[str, Any] = {
 }
 
 
+# The A100 release files (`golden_values_lts_dgx_a100.json` since f57304256e) were added as golden_values_0.12.0*.json
+# by cb12e3dea4 and 4b63750ae8 ("QA on 0.12 release"): the Megatron-Core 0.12.0 release's code (core_v0.12.0 lacks
+# 2659630721, `releases.CHANGES["experts_weight_probs"]`, which main held from 2025-04-09) in its dev CI image (NGC
+# PyTorch 25.03, TE bee4649c15: core_v0.12.0 .gitlab/stages/01.build.yml, Dockerfile.ci.dev)
+CORE_0_12_QA = {"megatron_core": "0.12", "transformer_engine": "2025-03-18", "pytorch": "2.7"}
+
+
 def _release_15b_run(gpu: str, tp: int, pp: int, dp: int, release: dict[str, str]) -> dict[str, Any]:
     """The release case on *gpu*: H100 and A100 (gpt3_15b_8t_release_sm) TP8 with --no-rope-fusion; GB200
     (gpt3_15b_8t_release_sm_gb200) TP4 PP2 with 4 chunks of 8 layers, --tp-comm-overlap,
@@ -368,7 +387,8 @@ GPU_DEVICES = {"h100": "h100-80gb", "a100": "a100-80gb", "gb200": "gb200"}
 def _megatron_release_rows() -> list[MeasuredPeak]:
     """Megatron's release runs of the 15B (`_release_15b_run`), each golden file's last logged peak (iteration
     12715 or 13000), after-step memory and first iteration. The node count of a release run is not in the
-    repository (its recipes live in a private submodule, tests/functional_tests/local_recipes at 3230340fcc):
+    repository (the release recipes were a submodule, tests/functional_tests/local_recipes: a gitlink without
+    .gitmodules at 3230340fcc):
     each row takes the data-parallel size whose after-step memory, the optimizer's shards over dp, matches the
     file's own, and says so; the peak, iteration 1 and the seconds are not used to choose it."""
     # (gpu, golden file, tp, pp, dp, release, last mem-max-allocated-bytes, mem-allocated-bytes, iteration 1's
@@ -380,9 +400,10 @@ def _megatron_release_rows() -> list[MeasuredPeak]:
          28160194560, 13269043200, 27658764288,
          "dp 32 (256 GPUs, not published): ppb's after-step memory is -0.1% at dp 32, +5.4% at 16"),
         ("a100", "gpt3_15b_8t_release_sm/golden_values_lts_dgx_a100.json", 8, 1, 32,
-         # cb12e3dea4 (2025-04-04) measured it in the LTS image, built on NGC PyTorch 24.01 (.gitlab/stages/
-         # 01.build.yml): PyTorch 2.2.0a0 and Transformer Engine 1.2 (any TE before 2025-03 prices the same)
-         {"megatron_core": "2025-04-04", "transformer_engine": "1.2", "pytorch": "2.2"},
+         # cb12e3dea4 (2025-04-04) added it as golden_values_0.12.0_PyT25.03.json (renamed _lts_dgx_a100 by
+         # 80d66ec0e4 and f57304256e): Megatron-Core 0.12.0's QA on NGC PyTorch 25.03 (PyTorch 2.7), whose CI image
+         # built TE bee4649c15 (core_v0.12.0 Dockerfile.ci.dev)
+         CORE_0_12_QA,
          28391712768, 12698492928, 27893811200,
          "dp 32 (256 GPUs, not published): ppb's after-step memory is -0.1% at dp 32, +5.7% at 16"),
         ("gb200", "gpt3_15b_8t_release_sm_gb200/golden_values_dev_dgx_gb200.json", 4, 2, 16,
@@ -394,7 +415,7 @@ def _megatron_release_rows() -> list[MeasuredPeak]:
     )  # fmt: skip
     return [
         MeasuredPeak(
-            f"Megatron 15B release TP{tp} PP{pp} ({gpu.upper()}{', LTS image' if 'lts' in file else ''})",
+            f"Megatron 15B release TP{tp} PP{pp} ({gpu.upper()}{', core 0.12.0' if 'lts' in file else ''})",
             f"{MEGATRON_TESTS}/gpt/{file}",
             _release_15b_run(gpu, tp, pp, dp, release),
             stage=pp - 1,
@@ -408,7 +429,319 @@ def _megatron_release_rows() -> list[MeasuredPeak]:
             ),
         )
         for gpu, file, tp, pp, dp, release, peak, after_step, first, dp_choice in cases
+    ] + [_release_15b_te_loss_row()]
+
+
+def _release_15b_te_loss_row() -> MeasuredPeak:
+    """The GB200 15B file as 6657173fd7 (2026-03-12) recorded it, before 168cb15d70 turned TE's fused
+    cross-entropy off: its flags said --cross-entropy-fusion-impl te (and a batch ramp-up held at 384 for these
+    13000 iterations, `--rampup-batch-size "[384 384 97656250]"`); its uv.lock's TE 2.13.0. dp as the June file's."""
+    raw = _release_15b_run("gb200", 4, 2, 16, {"megatron_core": "2026-03-12", "transformer_engine": "2.13"})
+    raw["timing"]["cross_entropy_fusion_impl"] = "te"
+    return MeasuredPeak(
+        "Megatron 15B release TP4 PP2 (GB200, TE loss)",
+        "NVIDIA/Megatron-LM 6657173fd7 tests/functional_tests/test_cases/gpt/gpt3_15b_8t_release_sm_gb200/"
+        "golden_values_dev_dgx_gb200.json",
+        raw,
+        stage=1,
+        measured_gib=34434887680 / GIB,
+        after_step_bytes=14650828800,
+        first_iteration_bytes=33457934336,
+        assumptions=(
+            "dp 16, as the June file's (the node count is not published)",
+            "global batch 384 (the ramp-up's first)",
+            "--cross-entropy-fusion-impl te, as its flags said then",
+        ),
+    )
+
+
+def _mixtral_spec(hidden: int, layers: int, heads: int, ffn: int, vocab: int) -> dict[str, Any]:
+    """Megatron's release Mixtral (mixtral/*_release/model_config.yaml): SwiGLU experts of *ffn*, 8 of them,
+    top 2, RMSNorm, RoPE, 8 query groups, no biases, no dropout, untied embeddings."""
+    return {
+        "vocab_size": vocab,
+        "hidden_size": hidden,
+        "num_layers": layers,
+        "num_attention_heads": heads,
+        "num_key_value_heads": 8,
+        "intermediate_size": ffn,
+        "activation": "swiglu",
+        "norm": "rmsnorm",
+        "norm_bias": False,
+        "tied_embeddings": False,
+        "position_embedding": "rope",
+        "max_position_embeddings": 4096,
+        "attention_bias": False,
+        "attention_output_bias": False,
+        "mlp_bias": False,
+        "attention_dropout": 0.0,
+        "hidden_dropout": 0.0,
+        "num_experts": 8,
+        "experts_per_token": 2,
+        "moe_intermediate_size": ffn,
+    }
+
+
+def _mixtral_release_run(
+    name: str, spec: dict[str, Any], gpu: str, par: dict[str, int], global_batch: int, release: dict[str, str]
+) -> dict[str, Any]:
+    """A release Mixtral case: micro-batch 1 of 4096, distributed optimizer with both overlaps, SP, the alltoall
+    dispatcher with grouped GEMMs and the aux-loss router, --no-rope-fusion (its default in these cases)."""
+    dp = par["dp"]
+    return {
+        "name": name,
+        "framework": "megatron",
+        "framework_release": release,
+        "models": [{"name": "gpt", "spec": spec, "pad_vocab_multiple": 128}],
+        "parallel": {
+            **par,
+            "sequence_parallel": True,
+            "zero": 1,
+            **({"schedule": "interleaved"} if par.get("vpp", 1) > 1 else {}),
+        },
+        "training": {
+            "seq_length": 4096,
+            "micro_batch_size": 1,
+            "micro_batches": global_batch // dp,
+            "dtype": "bf16",
+            "flash_attention": True,
+            "optimizer": "adam",
+            "rope_fusion": False,
+            "moe": {"router": {"aux_losses": ["aux_loss"]}, "grouped_gemm": True},
+        },
+        "device": {"name": GPU_DEVICES[gpu], "reserved_mb": 0},
+        "timing": {
+            "transformer_impl": "transformer_engine",
+            "gradient_accumulation_fusion": True,
+            "deterministic": False,
+            "log_params_norm": True,
+            "log_num_zeros_in_grad": True,
+            "rope_fusion": False,
+            "overlap": {"dp": 1.0, "param_gather": 1.0, "tp": 0.0},
+            "moe_dispatcher": "alltoall",
+        },
+    }
+
+
+def _mixtral_release_rows() -> list[MeasuredPeak]:
+    """Megatron's Mixtral release runs (mixtral/<case>/golden_values_dev_dgx_h100.json and _lts_dgx_a100.json), the
+    last logged peak: of the last SLURM window where a run spans several (each resumed window restarts the
+    counter). As for the 15B rows the node count is not public and each row takes the data-parallel size whose
+    after-step memory matches the file's. MoE: the peak is the busiest micro-batch's routing of the window, ppb's
+    at balanced routing (the aux-loss router, dropless)."""
+    mixtral_8x7b_256k = _mixtral_spec(4096, 32, 32, 14336, 256000)  # nemotron_2_256k tokenizer
+    mixtral_8x7b = _mixtral_spec(4096, 32, 32, 14336, 32000)  # Llama2Tokenizer: Mixtral's own 32000 entries
+    mixtral_8x22b = _mixtral_spec(6144, 56, 48, 16384, 32000)
+    alltoall = "mixtral_8x7b_alltoall_tp2pp4ep4_release"
+    ep8 = "mixtral_8x7b_tp1pp4ep8vpp8_release"  # its flags set --tensor-model-parallel-size 2 after the name's tp1
+    big = "mixtral_8x22b_tp2pp8ep8vpp1_release"
+    # (label, case, gpu, spec, parallel, global batch, release, last peak, mem-allocated-bytes, iteration 1's peak,
+    # after-step error at the chosen dp and at the next one; every release a file's measuring commit's, the dev
+    # files' as bench/megatron_ci.py reads them: Dockerfile.ci.dev TE_COMMIT or uv.lock, NGC PyTorch)
+    cases = (
+        ("8x7B alltoall TP2 PP4 EP4", alltoall, "h100", mixtral_8x7b_256k,
+         {"dp": 16, "tp": 2, "pp": 4, "ep": 4, "etp": 2}, 1024,
+         {"megatron_core": "2025-06-27", "transformer_engine": "2025-03-18", "pytorch": "2.7"},
+         25603858432, 17703634944, 23340781568, "dp 16 (128 GPUs): after-step -0.2%, dp 8 +26.6%"),
+        ("8x7B alltoall TP2 PP4 EP4", alltoall, "a100", mixtral_8x7b_256k,
+         {"dp": 16, "tp": 2, "pp": 4, "ep": 4, "etp": 2}, 1024, CORE_0_12_QA,
+         25339500544, 17448753152, 23085549568, "dp 16 (128 GPUs): after-step +0.1%, dp 8 +27.3%"),
+        ("8x7B TP2 PP4 VPP8 EP8", ep8, "h100", mixtral_8x7b,
+         {"dp": 8, "tp": 2, "pp": 4, "vpp": 8, "ep": 8, "etp": 1}, 256,
+         {"megatron_core": "2026-04-16", "transformer_engine": "2.14"},
+         35505844224, 19743387648, 29394774016, "dp 8 (64 GPUs): after-step -0.0%, dp 16 -22.3%"),
+        ("8x7B TP2 PP4 VPP8 EP8", ep8, "a100", mixtral_8x7b,
+         {"dp": 8, "tp": 2, "pp": 4, "vpp": 8, "ep": 8, "etp": 1}, 256, CORE_0_12_QA,
+         35900022784, 19085930496, 30055743488, "dp 8 (64 GPUs): after-step -0.3%, dp 16 -23.4%"),
+        ("8x22B TP2 PP8 EP8", big, "h100", mixtral_8x22b,
+         {"dp": 8, "tp": 2, "pp": 8, "ep": 8, "etp": 2}, 256,
+         {"megatron_core": "2026-04-16", "transformer_engine": "2.14"},
+         28533706752, 23002929152, 23002945536, "dp 8 (128 GPUs): after-step -0.0%, dp 16 -28.9%"),
+        ("8x22B TP2 PP8 EP8", big, "a100", mixtral_8x22b,
+         {"dp": 8, "tp": 2, "pp": 8, "ep": 8, "etp": 2}, 256, CORE_0_12_QA,
+         28168466432, 22284785664, 26512646144, "dp 8 (128 GPUs): after-step -0.3%, dp 16 -30.1%"),
+    )  # fmt: skip
+    rows = []
+    for label, case, gpu, spec, par, batch, release, peak, after_step, first, dp_choice in cases:
+        lts = gpu == "a100"
+        file = f"golden_values_{'lts' if lts else 'dev'}_dgx_{gpu}.json"
+        rows.append(
+            MeasuredPeak(
+                f"Megatron Mixtral {label} ({gpu.upper()}{', core 0.12.0' if lts else ''})",
+                f"{MEGATRON_TESTS}/mixtral/{case}/{file}",
+                _mixtral_release_run(f"megatron-{case}-{gpu}", spec, gpu, par, batch, release),
+                stage=par["pp"] - 1,
+                measured_gib=peak / GIB,
+                after_step_bytes=after_step,
+                first_iteration_bytes=first,
+                assumptions=(
+                    f"{dp_choice} (the node count is not published)",
+                    "routing balanced (the run's own imbalance is not published)",
+                    *(("the Llama 2 tokenizer's 32000 entries",) if spec["vocab_size"] == 32000 else ()),
+                    *(("--rotary-percent 0.5 priced as full RoPE",) if case == alltoall else ()),
+                ),
+            )
+        )
+    return rows
+
+
+# mixtral/deepseekv3_proxy_flex_*_release_sm/model_config.yaml: DeepSeek-V3's layers cut to 14 (3 dense), 64
+# experts of 2048 (top 8 in 8 groups, 4 chosen; sigmoid scores with expert bias, seq aux loss, fp32 router,
+# permute fusion), one shared expert, MLA, one MTP layer, the nemotron_2_256k tokenizer padded to 3232·tp,
+# HybridEP (--moe-token-dispatcher-type flex, --moe-flex-dispatcher-backend hybridep), cross-entropy fusion.
+DSV3_PROXY: dict[str, Any] = {
+    "vocab_size": 256000,
+    "hidden_size": 7168,
+    "num_layers": 14,
+    "num_attention_heads": 128,
+    "intermediate_size": 18432,
+    "activation": "swiglu",
+    "norm": "rmsnorm",
+    "norm_bias": False,
+    "tied_embeddings": False,
+    "position_embedding": "rope",
+    "max_position_embeddings": 4096,
+    "attention_bias": False,
+    "attention_output_bias": False,
+    "mlp_bias": False,
+    "attention_dropout": 0.0,
+    "hidden_dropout": 0.0,
+    "num_experts": 64,
+    "experts_per_token": 8,
+    "moe_intermediate_size": 2048,
+    "shared_experts": 1,
+    "shared_expert_intermediate_size": 2048,
+    "expert_groups": 8,
+    "expert_group_limit": 4,
+    "first_dense_layers": 3,
+    "mla_latent_norms": True,
+    "q_lora_rank": 1536,
+    "kv_lora_rank": 512,
+    "qk_nope_head_dim": 128,
+    "qk_rope_head_dim": 64,
+    "v_head_dim": 128,
+    "mtp_layers": 1,
+}
+
+
+# the _sm files' measuring commit, a50252b6ad (2026-06-18; its uv.lock's transformer-engine 2.16.0)
+PROXY_JUNE_2026 = {"megatron_core": "2026-06-18", "transformer_engine": "2.16"}
+
+
+def _dsv3_proxy_run(
+    gpu: str,
+    par: dict[str, Any],
+    micro_batch_size: int,
+    release: dict[str, str] = PROXY_JUNE_2026,
+    dispatcher: str = "hybridep",
+    loss_impl: str = "native",
+) -> dict[str, Any]:
+    """A DeepSeek-V3 proxy release case (global batch 512, distributed optimizer with both overlaps, SP) as the
+    code of *release* ran it, with the flex backend *dispatcher* and the fused cross-entropy *loss_impl*."""
+    return {
+        "name": f"megatron-deepseekv3-proxy-flex-{gpu}",
+        "framework": "megatron",
+        "framework_release": release,
+        "models": [{"name": "gpt", "spec": DSV3_PROXY, "pad_vocab_multiple": 3232}],
+        "parallel": {**par, "etp": 1, "sequence_parallel": True, "zero": 1},
+        "training": {
+            "seq_length": 4096,
+            "micro_batch_size": micro_batch_size,
+            "micro_batches": 512 // (micro_batch_size * par["dp"]),
+            "dtype": "bf16",
+            "flash_attention": True,
+            "optimizer": "adam",
+            "moe": {
+                "router_dtype": "fp32",
+                "permute_fusion": True,
+                "router": {
+                    "aux_losses": ["seq_aux_loss"],
+                    "score_function": "sigmoid",
+                    "expert_bias": True,
+                    "pre_softmax": True,
+                    "topk_scaling": True,
+                },
+                "grouped_gemm": True,
+            },
+        },
+        "device": {"name": GPU_DEVICES[gpu], "reserved_mb": 0},
+        "timing": {
+            "transformer_impl": "transformer_engine",
+            "gradient_accumulation_fusion": True,
+            "deterministic": False,
+            "cross_entropy_fusion": True,
+            "cross_entropy_fusion_impl": loss_impl,
+            "check_for_nan_in_grad": False,
+            "log_params_norm": True,
+            "log_num_zeros_in_grad": True,
+            "overlap": {"dp": 1.0, "param_gather": 1.0, "tp": 0.0},
+            "attention_mask_in_dataloader": False,
+            "moe_dispatcher": dispatcher,
+        },
+    }
+
+
+def _dsv3_proxy_rows() -> list[MeasuredPeak]:
+    """Megatron's DeepSeek-V3 proxy release runs (the _sm files, iteration 9535): H100 TP2 PP4 EP16 (layout
+    `Et*2|(tt|)*5t|tmL`, micro-batch 1) and GB200 TP2 PP2 EP8 (`Et*7|t*7mL`, micro-batch 4). dp as for the
+    other release rows, from the after-step memory (without HybridEP's buffers, which the allocator does not
+    count: ppb_core.memory.allocated `uncounted_bytes`): dp 8 within 0.1%, dp 16 18% below."""
+    cases = (
+        ("H100 TP2 PP4 EP16", "deepseekv3_proxy_flex_tp1pp4emp16etp1cp1_release_sm", "h100",
+         {"dp": 8, "tp": 2, "pp": 4, "ep": 16, "layout": "Et*2|(tt|)*5t|tmL"}, 1,
+         51399831552, 33393860608, 42198188032, "dp 8 (64 GPUs): after-step -0.0%, dp 16 -18.1%"),
+        ("GB200 TP2 PP2 EP8", "deepseekv3_proxy_flex_tp2pp2emp16etp1cp1_gb_200_release_sm", "gb200",
+         {"dp": 8, "tp": 2, "pp": 2, "ep": 8, "layout": "Et*7|t*7mL"}, 4,
+         121062998016, 58583740416, 106022002688, "dp 8 (32 GPUs): after-step -0.1%, dp 16 -18.2%"),
+    )  # fmt: skip
+    rows = [
+        MeasuredPeak(
+            f"Megatron DeepSeek-V3 proxy {label}",
+            f"{MEGATRON_TESTS}/mixtral/{case}/golden_values_dev_dgx_{gpu}.json",
+            _dsv3_proxy_run(gpu, par, mbs),
+            stage=par["pp"] - 1,
+            measured_gib=peak / GIB,
+            after_step_bytes=after_step,
+            first_iteration_bytes=first,
+            assumptions=(
+                f"{dp_choice} (the node count is not published)",
+                "routing balanced (the run's own imbalance is not published)",
+                "--enable-experimental priced as if not given",
+            ),
+        )
+        for label, case, gpu, par, mbs, peak, after_step, first, dp_choice in cases
     ]
+    # The full-length release files (iteration 47680), recorded before 168cb15d70 (2026-06-03) turned TE's
+    # cross-entropy fusion off: their flags then said --cross-entropy-fusion-impl te, and the H100 one
+    # --moe-enable-deepep (the DeepEP backend; git diff be2b2cd70d d98e8a64 of its model_config.yaml).
+    full = (
+        ("H100 TP2 PP4 EP16, TE loss", "deepseekv3_proxy_flex_tp1pp4emp16etp1cp1_release", "h100",
+         {"dp": 8, "tp": 2, "pp": 4, "ep": 16, "layout": "Et*2|(tt|)*5t|tmL"}, 1, "deepep",
+         {"megatron_core": "2026-05-25", "transformer_engine": "2.15"},  # be2b2cd70d; its uv.lock's TE 2.15.0
+         46128394240, 33395759104, 37005148160),
+        ("GB200 TP2 PP2 EP8, TE loss", "deepseekv3_proxy_flex_tp2pp2emp16etp1cp1_gb_200_release", "gb200",
+         {"dp": 8, "tp": 2, "pp": 2, "ep": 8, "layout": "Et*7|t*7mL"}, 4, "hybridep",
+         {"megatron_core": "2026-04-16", "transformer_engine": "2.14"},  # f098fe8482; its uv.lock's TE 2.14.0
+         100344504320, 58533773312, 85005172736),
+    )  # fmt: skip
+    rows += [
+        MeasuredPeak(
+            f"Megatron DeepSeek-V3 proxy {label}",
+            f"{MEGATRON_TESTS}/mixtral/{case}/golden_values_dev_dgx_{gpu}.json",
+            _dsv3_proxy_run(gpu, par, mbs, release, dispatcher, "te"),
+            stage=par["pp"] - 1,
+            measured_gib=peak / GIB,
+            after_step_bytes=after_step,
+            first_iteration_bytes=first,
+            assumptions=(
+                "dp 8, as its _sm twin (the node count is not published)",
+                "routing balanced (the run's own imbalance is not published)",
+                "--cross-entropy-fusion-impl te, as its flags said when it was recorded",
+            ),
+        )
+        for label, case, gpu, par, mbs, dispatcher, release, peak, after_step, first in full
+    ]
+    return rows
 
 
 # torchtitan 9dec370 (the December 2024 file's runs) compiles the blocks, not the loss: train.py leaves
@@ -589,6 +922,8 @@ def measured_peaks() -> list[MeasuredPeak]:
         *_megatron_moe_rows(),
         *_megatron_moe_layout_rows(),
         *_megatron_release_rows(),
+        *_mixtral_release_rows(),
+        *_dsv3_proxy_rows(),
         *_torchtitan_rows(),
         *_torchtitan_scale_rows(),
         *_torchtitan_h200_rows(),
@@ -602,50 +937,44 @@ def config(row: MeasuredPeak) -> RunConfig:
 
 def predicted_gib(row: MeasuredPeak) -> tuple[float, str]:
     """ppb's peak of the measured stage (or the largest stage's), in GiB, and the moment that sets it; for
-    an allocated measurement under Megatron's TE CUDA graphs, what the allocator counts
-    (ppb_core.memory.allocated: the capture, or the later iterations without the graphed activations)."""
+    an allocated measurement what the allocator counts (ppb_core.memory.allocated: under Megatron's TE CUDA
+    graphs the capture, or the later iterations without the graphed activations, shown as `allocated`; never
+    the flex dispatcher's buffers)."""
     run = config(row)
     memory, layer_walk = MemoryModel(run), walk(run)
     peaks = run_stage_peaks(run, memory, layer_walk)
     peak = max(peaks, key=lambda p: p.peak_bytes) if row.stage is None else peaks[row.stage]
     counted = allocated_peak_bytes(memory, layer_walk, peak) if row.allocated else None
     if counted is not None:
-        return counted / GIB, "allocated"
+        return counted / GIB, "allocated" if run.timing.cuda_graph_impl == "transformer_engine" else peak.moment
     return peak.peak_bytes / GIB, peak.moment
 
 
-def stream_pools_gib(row: MeasuredPeak) -> float | None:
-    """For a reserved FSDP2 row, what FSDP2 allocates on its own CUDA streams beyond what ppb's allocated peak
-    counts, in GiB (None for other rows). The caching allocator reuses a freed block only for the stream that
-    allocated it, so these pools stay reserved beside the compute stream's: the sharded gradients
-    (torch 2.13 _fsdp_collectives.py `foreach_reduce` allocates the reduce-scatter output under the
-    reduce-scatter stream; freed by the next zero_grad, their blocks stay that stream's), where the peak's
-    moment runs without them, and one all-gather output of the largest unit (`foreach_all_gather` allocates it
-    under the copy-in stream; FSDP2 frees a unit's once copied out, before it prefetches the next). Were ppb's
-    allocated peak exact and the pools apart, the reserved peak would be at least their sum; the B200 rows of
-    torchao's README fall under it (3-4%): either the pools share blocks there or ppb over-counts that run."""
+def _uncounted_gib(run: RunConfig, stage: int) -> float:
+    """What the stage's device holds beyond the allocator's counters (`uncounted_bytes`), in GiB; built only for
+    the flex dispatcher's backends, whose buffers they are (the sweep prices hundreds of rows)."""
+    if run.timing.moe_dispatcher not in ("hybridep", "deepep"):
+        return 0.0
+    return uncounted_bytes(MemoryModel(run), walk(run), stage) / GIB
+
+
+def reserved_gib(row: MeasuredPeak) -> ReservedPools | None:
+    """For a reserved torchtitan FSDP2 row, ppb's reserved estimate of the stage the measurement is read from:
+    its caching-allocator pools stream by stream (`ppb_core.memory.reserved`), None for other rows."""
     run = config(row)
-    if row.allocated or run.framework != "torchtitan" or not run.parallel.fsdp:
+    if row.allocated:
         return None
     memory, layer_walk = MemoryModel(run), walk(run)
     peaks = run_stage_peaks(run, memory, layer_walk)
     peak = max(peaks, key=lambda p: p.peak_bytes) if row.stage is None else peaks[row.stage]
-    held = [layer for layer in layer_walk if layer.stage == peak.stage]
-    statics = [memory.static_breakdown(layer) for layer in held]
-    gradients = sum(s.gradient_bytes for s in statics if s.gradients_from_backward)
-    if peak.moment in ("optimizer", "reduction"):
-        gradients = 0.0
-    gathered = [memory.parameters(layer).gathered_bytes(memory.setup.dtype_bytes) for layer in held]
-    if run.timing.fsdp_units == "root" and run.parallel.pp == 1:  # the embedding, final norm and output: one unit
-        ends = [g for layer, g in zip(held, gathered, strict=True) if layer.node in ("HEAD", "TAIL")]
-        gathered = [g for layer, g in zip(held, gathered, strict=True) if layer.node == "BODY"] + [sum(ends)]
-    return (gradients + max(gathered)) / GIB
+    return reserved_pools(memory, layer_walk, peak)
 
 
 def predicted_after_step_gib(row: MeasuredPeak) -> float:
     """ppb's memory of the measured stage at the optimizer step (its `optimizer` moment), in GiB."""
     assert row.stage is not None
-    return run_stage_peaks(config(row))[row.stage].moments["optimizer"] / GIB
+    run = config(row)
+    return run_stage_peaks(run)[row.stage].moments["optimizer"] / GIB - _uncounted_gib(run, row.stage)
 
 
 def predicted_first_iteration_gib(row: MeasuredPeak) -> float:
@@ -668,7 +997,7 @@ def predicted_first_iteration_gib(row: MeasuredPeak) -> float:
         for name, bytes_ in peak.moments.items()
         if name != "optimizer"
     ]
-    return max(*before_step, peak.moments["optimizer"]) / GIB
+    return max(*before_step, peak.moments["optimizer"]) / GIB - _uncounted_gib(run, row.stage)
 
 
 def _at_share(row: MeasuredPeak, share: float | str) -> RunConfig:
@@ -694,7 +1023,8 @@ def routing_bound(row: MeasuredPeak) -> float | None:
 def predicted_at_share_gib(row: MeasuredPeak, share: float | str) -> float:
     """ppb's peak of the measured stage with the busiest rank receiving *share* times its fair share."""
     assert row.stage is not None
-    return run_stage_peaks(_at_share(row, share))[row.stage].peak_bytes / GIB
+    run = _at_share(row, share)
+    return run_stage_peaks(run)[row.stage].peak_bytes / GIB - _uncounted_gib(run, row.stage)
 
 
 def main() -> int:
@@ -712,17 +1042,29 @@ def main() -> int:
         print(f"    {row.source}; {', '.join(row.assumptions)}")
     print(f"largest absolute error over {len(errors)} allocated peaks: {max(errors):.1%}")
     print()
-    print("reserved rows: ppb's allocated peak + FSDP2's stream pools (the sharded gradients on the reduce-scatter")
-    print("stream where the peak runs without them, one all-gather output of the largest unit on the copy-in")
-    print("stream: `stream_pools_gib`); what is left would be the pools' fragmentation (not scored):")
+    print("reserved rows against ppb's reserved estimate: the caching allocator's pools stream by stream")
+    print("(ppb_core.memory.reserved: the compute stream's high-water mark with the eager loss's free hole, the")
+    print("all-gather copy-in stream's two outputs, the reduce-scatter stream's sharded gradients):")
+    print(f"{'run':44s} {'measured':>9s} {'ppb':>7s} {'error':>7s}  (allocated + hole + copy-in + gradients GiB)")
+    reserved_errors = []
     for row in measured_peaks():
-        pools = stream_pools_gib(row)
+        pools = reserved_gib(row)
         if pools is None:
             continue
-        floor = predicted_gib(row)[0] + pools
-        print(
-            f"{row.name:44s} {row.measured_gib:9.2f} {floor:7.2f} {floor / row.measured_gib - 1:+7.1%}  (+{pools:.2f})"
-        )
+        estimate = pools.total_bytes / GIB
+        error = estimate / row.measured_gib - 1
+        reserved_errors.append(error)
+        parts = (pools.compute_bytes - pools.loss_hole_bytes, pools.loss_hole_bytes, pools.copy_in_bytes,
+                 pools.reduce_scatter_bytes)  # fmt: skip
+        shown = " + ".join(f"{part / GIB:.2f}" for part in parts)
+        print(f"{row.name:44s} {row.measured_gib:9.2f} {estimate:7.2f} {error:+7.1%}  ({shown})")
+    mean = sum(abs(e) for e in reserved_errors) / len(reserved_errors)
+    signed = sum(reserved_errors) / len(reserved_errors)
+    largest = max(reserved_errors, key=abs)
+    print(
+        f"{len(reserved_errors)} reserved rows: mean absolute error {mean:.1%} (signed {signed:+.1%}), "
+        f"largest {largest:+.1%}"
+    )
     print()
     print("after the step (mem-allocated-bytes, torch.cuda.memory_allocated() after the optimizer step) against")
     print("ppb's optimizer moment of the same stage:")

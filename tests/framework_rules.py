@@ -222,3 +222,53 @@ def torchtitan_batch(training: dict, parallelism: dict, dp: int) -> tuple[int, i
     if local % micro:
         problems.append(f"local batch {local} is not divisible by the micro-batch size {micro}")
     return micro, local // micro, total // (local * dp), problems
+
+
+# MindSpore's pipeline schedulers (mindspore/python/mindspore/parallel/_auto_parallel_context.py
+# `set_pipeline_config`, a05ce588: `_PipelineScheduler`)
+MINDSPORE_SCHEDULERS = {"1f1b", "gpipe", "seqpipe", "seqvpp", "seqsmartvpp"}
+
+
+def mindformers_problems(document: dict, *, num_layers: int) -> list[str]:
+    """MindFormers' (and MindSpore's) objections to a training yaml's pipeline keys (empty: it runs them).
+
+    MindSpore `set_pipeline_config` (a05ce588): `pipeline_config` keys are pipeline_interleave and
+    pipeline_scheduler alone, both read (`pipeline_config[...]`), the scheduler among MINDSPORE_SCHEDULERS
+    and 1f1b when not interleaved. MindFormers mindformers/models/utils.py `LayerSetting.__init__`
+    (fd4deebc): pp = parallel_config.pipeline_stage; pp_interleave_num (model_config, default 1 from
+    configuration_utils.py) only when MindSpore's pipeline_interleave is on, else 1; `_check_inputs`: the
+    offset's last axis pp, its second-last (when 2-D) pp_interleave_num, its sum num_layers mod (pp × that);
+    the cells' layers avg + offset (avg = num_layers // (pp × chunks))."""
+    problems: list[str] = []
+    parallel = document.get("parallel") or {}
+    pipeline = parallel.get("pipeline_config")
+    interleave = False
+    if pipeline is not None:
+        unknown = set(pipeline) - {"pipeline_interleave", "pipeline_scheduler"}
+        if unknown:
+            problems.append(f"pipeline_config: unknown {sorted(unknown)}")
+        if "pipeline_interleave" not in pipeline or "pipeline_scheduler" not in pipeline:
+            return [*problems, "pipeline_config needs pipeline_interleave and pipeline_scheduler"]
+        interleave = pipeline["pipeline_interleave"]
+        if not isinstance(interleave, bool):
+            problems.append(f"pipeline_interleave {interleave!r} not a bool")
+        if pipeline["pipeline_scheduler"] not in MINDSPORE_SCHEDULERS:
+            problems.append(f"pipeline_scheduler {pipeline['pipeline_scheduler']!r}")
+        elif not interleave and pipeline["pipeline_scheduler"] != "1f1b":
+            problems.append("a scheduler but 1f1b without pipeline_interleave")
+    pp = (document.get("parallel_config") or {}).get("pipeline_stage", 1)
+    model_config = (document.get("model") or {}).get("model_config") or {}
+    chunks = (model_config.get("pp_interleave_num") or 1) if interleave else 1
+    offset = model_config.get("offset", document.get("offset", 0))
+    rows = offset if isinstance(offset, list) and offset and isinstance(offset[0], list) else [offset]
+    if isinstance(rows[0], list) and any(len(row) != pp for row in rows):
+        problems.append(f"offset rows of {[len(row) for row in rows]} entries, pp {pp}")
+    if isinstance(offset, list) and isinstance(offset[0], list) and len(rows) != chunks:
+        problems.append(f"offset of {len(rows)} rows, pp_interleave_num {chunks} (pipeline_interleave {interleave})")
+    # the sum of the array as given, before it is broadcast to (chunks, pp)
+    total = sum(sum(row) if isinstance(row, list) else row for row in rows)
+    if total != num_layers % (pp * chunks):
+        problems.append(
+            f"offset sum {total}, num_layers {num_layers} mod (pp {pp} × {chunks}) = {num_layers % (pp * chunks)}"
+        )
+    return problems

@@ -621,3 +621,69 @@ def test_flags_without_a_layout_on_an_uneven_split_say_over_what(tmp_path: Path,
         "Megatron-LM refuses that (arguments.py validate_args); give the layout, or "
         "--decoder-first/last-pipeline-num-layers"
     ]
+
+
+# 32 layers over pp 4 × 2 chunks: 4 a cell, the offsets sum to 32 mod 8 = 0
+TWO_ROWS = "offset: [[0, 0, 0, 0], [1, 1, 0, -2]]"
+INTERLEAVE = "pipeline_config: {pipeline_interleave: true, pipeline_scheduler: 1f1b}"
+
+
+@pytest.mark.parametrize(
+    ("text", "line"),
+    [
+        # a training yaml's model_config without pp_interleave_num: MindFormers' default 1 (configuration_utils.py)
+        (f"model: {{model_config: {{{TWO_ROWS}}}}}\n", "model.model_config.pp_interleave_num: missing"),
+        # MindSpore's pipeline_interleave off: LayerSetting takes pp_interleave_num 1, refuses the 2 rows
+        (
+            f"model: {{model_config: {{{TWO_ROWS}, pp_interleave_num: 2}}}}\n"
+            "parallel: {enable_parallel_optimizer: true}\n",
+            "parallel.pipeline_config.pipeline_interleave: not true",
+        ),
+    ],
+)
+def test_a_mindformers_yaml_of_chunks_without_the_interleave_is_one_line(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, text: str, line: str
+) -> None:
+    """A MindFormers run of 2 chunks a stage, its yaml short of what MindFormers needs to run them (until
+    session 31 checked as 2 chunks, and `ppb balance` printed the offsets alone)."""
+    run = _interleaved_mindformers(tmp_path)
+    plan = tmp_path / "plan.yaml"
+    plan.write_text(text)
+    code = main(["check", str(run), "--plan", str(plan), "--no-optimum", "-q"])
+    captured = capsys.readouterr()
+    assert code == 2 and captured.out == "" and captured.err.count("\n") == 1, captured.err
+    assert f"{plan}: {line}" in captured.err, captured.err
+    # with the keys `ppb balance` now prints beside the offsets, it is checked; the four lists alone too
+    plan.write_text(f"model: {{model_config: {{{TWO_ROWS}, pp_interleave_num: 2}}}}\nparallel: {{{INTERLEAVE}}}\n")
+    assert main(["check", str(run), "--plan", str(plan), "--no-optimum", "-q"]) in (0, 1)
+    plan.write_text(TWO_ROWS + "\n")
+    assert main(["check", str(run), "--plan", str(plan), "--no-optimum", "-q"]) in (0, 1)
+
+
+def test_ppb_balance_prints_the_interleave_keys_beside_the_offsets(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    run = _interleaved_mindformers(tmp_path)
+    capsys.readouterr()
+    assert main(["balance", str(run), "-q"]) == 0
+    out = capsys.readouterr().out
+    lines = out.splitlines()
+    at = lines.index("To put in the MindFormers / HyperParallel yaml:")
+    assert lines[at + 5 : at + 8] == [
+        "  model.model_config.pp_interleave_num: 2",
+        "  parallel.pipeline_config.pipeline_interleave: true",
+        '  parallel.pipeline_config.pipeline_scheduler: "1f1b"',
+    ]
+    # one chunk: MindSpore's default pipeline, nothing more to say
+    assert main(["balance", str(CONFIGS / "llama3-8b.yaml"), "-q"]) == 0
+    assert "pp_interleave_num" not in capsys.readouterr().out
+
+
+def _interleaved_mindformers(folder: Path) -> Path:
+    """configs/llama3-8b.yaml as MindFormers runs it with 2 chunks a stage (interleaved)."""
+    text = (CONFIGS / "llama3-8b.yaml").read_text()
+    text = text.replace("config: hf/llama3-8b.json", f"config: {CONFIGS / 'hf' / 'llama3-8b.json'}")
+    text = text.replace("vpp: 1", "vpp: 2").replace("schedule: 1f1b", "schedule: interleaved")
+    path = folder / "mindformers-v2.yaml"
+    path.write_text("framework: mindformers\n" + text)
+    return path

@@ -98,9 +98,13 @@ def test_a_release_holds_a_change_from_its_commit_or_first_release(library, valu
 
 
 def test_unstated_is_the_newest_code_which_holds_every_change():
+    # but torchtitan's: unstated, v0.2.2 (the release ppb's torchtitan defaults follow), which holds none of
+    # the changes of its main after it (tests/test_titan_fused_qkv.py)
     release = FrameworkRelease()
     assert not release.stated
-    assert all(release.holds(change) for change in CHANGES)
+    assert all(release.holds(name) for name, change in CHANGES.items() if change.library != "torchtitan")
+    assert not any(release.holds(name) for name, change in CHANGES.items() if change.library == "torchtitan")
+    assert FrameworkRelease(torchtitan="2026-08-21").stated
 
 
 def _raw(release: object, framework: str = "megatron") -> dict:

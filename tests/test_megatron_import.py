@@ -551,9 +551,18 @@ def test_the_op_fuser_runs_the_same_kernels_but_cute_dsls_fused_grouped_mlp() ->
     assert import_megatron(moe, 8, "h100-80gb").notes == []
     mxfp8 = f"export NVTE_CUTEDSL_FUSED_GROUPED_MLP=1\n{moe} --fp8-format e4m3 --fp8-recipe mxfp8"
     assert import_megatron(mxfp8, 8, "h100-80gb").notes == []  # capability 9: the basic ops
-    assert import_megatron(mxfp8, 8, "b200").notes == [
-        "--use-transformer-engine-op-fuser: TE's CuTe DSL fused grouped MLP (MXFP8 on sm100), not modelled"
-    ]
+    # on sm100 TE's CuTe DSL fused grouped MLP, priced (ppb_core.timing.fused_experts): the op fuser, the command's
+    # GLU interleave, rank capacity and paged stash as timing words (the paged-stash recipe's flags, Megatron-LM
+    # examples/moe_recipes qwen3_30b/gb200/mxfp8_16GPU_TP1PP1EP16_paged_stash.yaml)
+    fused = import_megatron(mxfp8, 8, "b200")
+    assert fused.notes == [] and fused.raw["timing"]["use_transformer_engine_op_fuser"]
+    stash = f"{mxfp8} --moe-mlp-glu-interleave-size 32 --moe-expert-rank-capacity-factor 1.5 --moe-paged-stash"
+    timing = import_megatron(f"{stash} --moe-paged-stash-buffer-size-factor-cuda 1.1", 8, "b200").raw["timing"]
+    assert (timing["moe_mlp_glu_interleave_size"], timing["moe_expert_rank_capacity_factor"]) == (32, 1.5)
+    assert timing["moe_paged_stash"] and timing["moe_paged_stash_buffer_size_factor_cuda"] == 1.1
+    # elsewhere the stash's flags are not read: said, not priced
+    plain = import_megatron(f"{moe} --moe-paged-stash", 8, "h100-80gb")
+    assert "moe_paged_stash" not in plain.raw["timing"] and any("--moe-paged-stash" in note for note in plain.notes)
 
 
 def test_a_tp_comm_overlap_cfg_gives_the_userbuffers_methods(tmp_path, capsys) -> None:

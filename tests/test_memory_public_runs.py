@@ -5,6 +5,10 @@ from __future__ import annotations
 import pytest
 from bench_modules import load_bench
 
+from ppb_core.memory.allocated import allocated_peak_bytes, uncounted_bytes
+from ppb_core.memory.model import MemoryModel, run_stage_peaks
+from ppb_core.model.walk import walk
+
 
 @pytest.fixture(scope="module")
 def bench():
@@ -73,14 +77,22 @@ def test_torchao_s_rows_are_the_readme_s_tables(bench):
         assert run.framework_release.pytorch == ("2.7" if h100 else "2.9")
 
 
-def test_the_stream_pools_of_the_8_gpu_december_row(bench):
-    # Llama 3.1 8B, FSDP over 8: the sharded fp32 gradients, 8,030,261,248 / 8 · 4 = 4,015,130,624 bytes (the peak,
-    # the loss, runs without them), and the root unit's all-gather output, the embedding and output layer
-    # (2 · 128256 · 4096) and the final norm (4096) at bf16: 2,101,354,496; 6,116,485,120 bytes in all
+def test_the_reserved_pools_of_the_8_gpu_december_row(bench):
+    # Llama 3.1 8B, FSDP over 8, 2 · 8192 tokens: the loss's free hole, the bf16 logits, 2 · 16384 · 128256 =
+    # 4,202,692,608 bytes; the copy-in stream's root unit output, the embedding and output layer
+    # (2 · 128256 · 4096) and the final norm (4096) at bf16, 2,101,354,496, beside the first block's output,
+    # 218,112,000 parameters (4096 · 10240 attention + 3 · 4096 · 14336 MLP + 2 · 4096 norms) at bf16, and its
+    # shard copy, 436,224,000 · 9/8 = 490,752,000: 2,592,106,496; the sharded fp32 gradients,
+    # 8,030,261,248 / 8 · 4 = 4,015,130,624 (the peak, the loss, runs without them)
     row = next(r for r in bench.measured_peaks() if r.name == "torchtitan Llama 3.1 8B FSDP 8 (reserved)")
-    assert bench.predicted_gib(row)[1] == "loss"
-    assert bench.stream_pools_gib(row) == pytest.approx(6_116_485_120 / 2**30, rel=1e-12)
-    assert all(bench.stream_pools_gib(r) is None for r in bench.measured_peaks() if r.allocated)
+    pools = bench.reserved_gib(row)
+    allocated, moment = bench.predicted_gib(row)
+    assert moment == "loss" and pools.allocated_bytes == pytest.approx(allocated * 2**30, rel=1e-12)
+    assert pools.loss_hole_bytes == 4_202_692_608
+    assert pools.compute_bytes == pools.allocated_bytes + 4_202_692_608
+    assert pools.copy_in_bytes == 2_592_106_496
+    assert pools.reduce_scatter_bytes == 4_015_130_624
+    assert all(bench.reserved_gib(r) is None for r in bench.measured_peaks() if r.allocated)
 
 
 def test_the_15b_release_rows_are_the_golden_files(bench):
@@ -99,8 +111,11 @@ def test_the_15b_release_rows_are_the_golden_files(bench):
         )
         for r in rows
     )
+    # and the GB200 file as 6657173fd7 recorded it (--cross-entropy-fusion-impl te then): 34434887680, 14650828800,
+    # 33457934336 at iterations 13000 and 1
     assert found == [
         ("a100-80gb", 28391712768, 12698492928, 27893811200, (8, 1, 32), 3),  # 384 / (4 · 32)
+        ("gb200", 34434887680, 14650828800, 33457934336, (4, 2, 16), 6),
         ("gb200", 42639351808, 14700898304, 41662402560, (4, 2, 16), 6),  # 384 / (4 · 16)
         ("h100-80gb", 28160194560, 13269043200, 27658764288, (8, 1, 32), 3),
     ]
@@ -112,3 +127,95 @@ def test_the_15b_release_rows_are_the_golden_files(bench):
         )  # fmt: skip
         assert (spec.vocab_size, spec.tied_embeddings, run.training.seq_length) == (256000, False, 4096)
         assert run.parallel.zero == 1 and run.parallel.sequence_parallel and row.stage == run.parallel.pp - 1
+        assert run.timing.cross_entropy_fusion_impl == ("te" if row.name.endswith("TE loss)") else "native")
+
+
+def test_the_mixtral_release_rows_are_the_golden_files(bench):
+    # mixtral/<case>/golden_values_dev_dgx_h100.json and _lts_dgx_a100.json at d98e8a64, the last logged iteration
+    # (22685 and 23405 for the alltoall case's windows, 200 and 150 for the others): mem-max-allocated-bytes,
+    # mem-allocated-bytes, iteration 1's mem-max-allocated-bytes; micro-batch 1 of global 1024 (alltoall) or 256
+    rows = [row for row in bench.measured_peaks() if row.name.startswith("Megatron Mixtral")]
+    found = sorted(
+        (
+            r.source.split("/")[-2],
+            bench.config(r).device.name,
+            round(r.measured_gib * 2**30),
+            r.after_step_bytes,
+            r.first_iteration_bytes,
+            bench.config(r).training.micro_batches,
+        )
+        for r in rows
+    )
+    assert found == [
+        ("mixtral_8x22b_tp2pp8ep8vpp1_release", "a100-80gb", 28168466432, 22284785664, 26512646144, 32),  # 256 / 8
+        ("mixtral_8x22b_tp2pp8ep8vpp1_release", "h100-80gb", 28533706752, 23002929152, 23002945536, 32),
+        ("mixtral_8x7b_alltoall_tp2pp4ep4_release", "a100-80gb", 25339500544, 17448753152, 23085549568, 64),  # 1024/16
+        ("mixtral_8x7b_alltoall_tp2pp4ep4_release", "h100-80gb", 25603858432, 17703634944, 23340781568, 64),
+        ("mixtral_8x7b_tp1pp4ep8vpp8_release", "a100-80gb", 35900022784, 19085930496, 30055743488, 32),
+        ("mixtral_8x7b_tp1pp4ep8vpp8_release", "h100-80gb", 35505844224, 19743387648, 29394774016, 32),
+    ]
+    for row in rows:
+        run = bench.config(row)
+        spec, par = run.models[0].spec, run.parallel
+        assert (spec.num_experts, spec.experts_per_token, spec.num_key_value_heads) == (8, 2, 8)
+        assert row.stage == par.pp - 1 and par.zero == 1 and run.training.micro_batch_size == 1
+        # 8x7B: 32 layers of 4096 (experts of 14336); 8x22B: 56 of 6144 (16384); the tokenizer's 256000 or 32000
+        assert (spec.num_layers, spec.hidden_size, spec.moe_intermediate_size) in ((32, 4096, 14336), (56, 6144, 16384))
+        assert spec.vocab_size == (256000 if "alltoall" in row.name else 32000)
+        # TP 2 everywhere (the EP 8 case's flags set it after the name's tp1); PP 4, 4 with 8 chunks, 8; EP 4 or 8
+        assert (par.tp, par.pp, par.ep) in ((2, 4, 4), (2, 4, 8), (2, 8, 8))
+
+
+def test_the_deepseek_v3_proxy_rows_are_the_golden_files(bench):
+    # mixtral/deepseekv3_proxy_flex_*_release_sm golden_values_dev_dgx_{h100,gb200}.json at iteration 9535:
+    # mem-max-allocated-bytes, mem-allocated-bytes, iteration 1's; global batch 512 over dp 8 at micro-batch 1 or 4
+    rows = [row for row in bench.measured_peaks() if row.name.startswith("Megatron DeepSeek-V3 proxy")]
+    found = sorted(
+        (
+            bench.config(r).device.name,
+            round(r.measured_gib * 2**30),
+            r.after_step_bytes,
+            r.first_iteration_bytes,
+            (bench.config(r).parallel.tp, bench.config(r).parallel.pp, bench.config(r).parallel.ep),
+            bench.config(r).training.micro_batches,
+        )
+        for r in rows
+    )
+    # and the full-length files (iteration 47680): the GB200 one of f098fe8482, the H100 one of be2b2cd70d, both with
+    # --cross-entropy-fusion-impl te then (168cb15d70 set native), the H100 one on DeepEP (--moe-enable-deepep)
+    assert found == [
+        ("gb200", 100344504320, 58533773312, 85005172736, (2, 2, 8), 16),
+        ("gb200", 121062998016, 58583740416, 106022002688, (2, 2, 8), 16),  # 512 / (4 · 8)
+        ("h100-80gb", 46128394240, 33395759104, 37005148160, (2, 4, 16), 64),
+        ("h100-80gb", 51399831552, 33393860608, 42198188032, (2, 4, 16), 64),  # 512 / (1 · 8)
+    ]
+    for row in rows:
+        run = bench.config(row)
+        spec = run.models[0].spec
+        assert (spec.num_layers, spec.num_experts, spec.experts_per_token, spec.mtp_layers) == (14, 64, 8, 1)
+        te_loss = row.name.endswith("TE loss")
+        assert run.timing.cross_entropy_fusion_impl == ("te" if te_loss else "native")
+        deepep = te_loss and run.device.name == "h100-80gb"
+        assert run.timing.moe_dispatcher == ("deepep" if deepep else "hybridep")
+
+
+def test_hybridep_s_buffers_are_not_counted_by_the_allocator(bench):
+    # HybridEP maps its buffers with cuMemCreate / cudaMalloc (DeepEP hybrid-ep 94a9f8f allocator.cu, intranode.cu,
+    # internode_doca.cu), beside PyTorch's caching allocator. The H100 proxy: T = 4096·1/tp 2 = 2048 tokens a rank,
+    # G = ep 16 ranks, R = 8 a node, N = 2 nodes, L = 64/16 = 4 local experts, h 7168.
+    # NVLink: 2048·16·7168·2 + 2048·16·4·8·4 + 2048·16·56·4 = 469,762,048 + 4,194,304 + 7,340,032 = 481,296,384;
+    # RDMA dispatch: 2048·7168·2 + 2048·4·8·2·4 + 2048·56·4 = 30,343,168, + 1·2048·(14336 + 128 + 224) = 30,081,024;
+    # combine 2·1·2048·(14336 + 128) = 59,244,544; in all 600,965,120 bytes
+    row = next(r for r in bench.measured_peaks() if r.name == "Megatron DeepSeek-V3 proxy H100 TP2 PP4 EP16")
+    run = bench.config(row)
+    memory, layer_walk = MemoryModel(run), walk(run)
+    assert uncounted_bytes(memory, layer_walk, row.stage) == 600_965_120
+    peak = run_stage_peaks(run, memory, layer_walk)[row.stage]
+    assert allocated_peak_bytes(memory, layer_walk, peak) == peak.peak_bytes - 600_965_120
+    assert bench.predicted_after_step_gib(row) == pytest.approx((peak.moments["optimizer"] - 600_965_120) / 2**30)
+    # a run without a flex dispatcher: nothing uncounted, the allocator's peak is the peak
+    dense = next(r for r in bench.measured_peaks() if r.name == "Megatron GPT 7B TP4 PP1 (H100)")
+    run = bench.config(dense)
+    memory, layer_walk = MemoryModel(run), walk(run)
+    peak = run_stage_peaks(run, memory, layer_walk)[0]
+    assert uncounted_bytes(memory, layer_walk, 0) == 0 and allocated_peak_bytes(memory, layer_walk, peak) is None

@@ -1,8 +1,9 @@
-"""Every plan ppb prints for Megatron-LM and torchtitan is one the framework accepts as printed.
+"""Every plan ppb prints for Megatron-LM, torchtitan and MindFormers is one the framework accepts as printed.
 
 The rules are the frameworks' own, rewritten from their code in tests/framework_rules.py (Megatron-LM
 d98e8a64 arguments.py, transformer_config.py, pipeline_parallel_layer_layout.py, schedules.py; torchtitan
-v0.2.2 pipeline_parallel.py, torch's ScheduleInterleaved1F1B), never read from ppb. Three sources of plans:
+v0.2.2 pipeline_parallel.py, torch's ScheduleInterleaved1F1B; MindFormers fd4deebc models/utils.py
+`LayerSetting` with MindSpore's `set_pipeline_config`), never read from ppb. Three sources of plans:
 hand-built plans over random splits, options and groups (hypothesis) through the printers themselves
 (`balance.outputs.megatron`, `balance.torchtitan_plan.torchtitan`); `ppb search -o` on the tiny specs (the
 `.megatron.txt` and `.torchtitan.toml` files); and `ppb balance --json` on run configs at several sizes.
@@ -18,18 +19,18 @@ from pathlib import Path
 
 import pytest
 import yaml
-from framework_rules import megatron_problems, torchtitan_batch, torchtitan_problems
+from framework_rules import megatron_problems, mindformers_problems, torchtitan_batch, torchtitan_problems
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from ppb_core.balance import BalanceInput
-from ppb_core.balance.outputs import cells, megatron
+from ppb_core.balance.outputs import cells, interleave_keys, megatron, to_yaml
 from ppb_core.balance.plan import Plan, empty_counts, freeze
 from ppb_core.balance.torchtitan_plan import torchtitan
 from ppb_core.model.switches import OPTIONS
 from ppb_core.payload.sapp import layer_set
 from ppb_core.search.enumerate import accepted_groups
-from ppb_core.search.outputs import write_ranking
+from ppb_core.search.outputs import mindformers_settings, write_ranking
 from ppb_core.search.rank import search
 from ppb_core.search.spec import load_search_spec
 
@@ -63,12 +64,14 @@ def plans(draw: st.DrawFn, framework: str) -> tuple[Plan, int]:
             micro_batches = stages * draw(st.integers(1, 4))
             accepted = accepted_groups(stages, micro_batches)
         group = draw(st.sampled_from(accepted))
-    if schedule == "interleaved" and framework == "torchtitan":
+    if schedule == "interleaved" and framework in ("torchtitan", "mindformers"):
         # torch's Interleaved1F1B takes a whole number of rounds (max(1, m // P)), and ppb's problem the
         # default group's m (BalanceInput refuses 5 on 4 stages: a last group of 1): m a multiple of P
         micro_batches = stages * draw(st.integers(1, 4))
     cells_count = stages * chunks
-    per_cell = [draw(st.integers(0 if i in (0, cells_count - 1) else 1, 3)) for i in range(cells_count)]
+    # MindFormers places layers only: a layer in every cell (`BalanceInput.reserved_cells`)
+    ends = (0, cells_count - 1) if framework != "mindformers" else ()
+    per_cell = [draw(st.integers(0 if i in ends else 1, 3)) for i in range(cells_count)]
     if sum(per_cell) == 0:
         per_cell[0] = 1
     one_option = draw(st.booleans())
@@ -134,6 +137,51 @@ def test_torchtitans_printed_lines_are_accepted(drawn: tuple[Plan, int], micro_b
     assert problems == [], (said["lines"], problems)
 
 
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(drawn=plans("mindformers"))
+def test_mindformers_printed_keys_are_accepted(drawn: tuple[Plan, int]) -> None:
+    """The four lists `ppb balance` prints (`to_yaml`) and, with chunks, the keys beside them
+    (`interleave_keys`), merged into a training yaml of the plan's pipeline_stage. Until session 31 a plan
+    of 2 chunks printed its 2-row offset alone: MindFormers then runs pp_interleave_num 1 (MindSpore's
+    pipeline_interleave off) and refuses the offset's rows."""
+    plan, _ = drawn
+    p = plan.problem
+    printed = to_yaml(plan)
+    alone = {"parallel_config": {"pipeline_stage": p.stages}, "model": {"model_config": {"offset": printed["offset"]}}}
+    document = _merged(alone, interleave_keys(p.chunks))
+    assert mindformers_problems(document, num_layers=p.layers.nb_body_layers) == [], (document, printed)
+    if p.chunks > 1:  # the offsets alone, as printed until session 31: refused
+        assert mindformers_problems(alone, num_layers=p.layers.nb_body_layers)
+
+
+def _merged(base: dict, extra: dict) -> dict:
+    """*extra*'s keys merged into *base*'s, mapping by mapping (as a user merges printed keys into a yaml)."""
+    out = dict(base)
+    for key, value in extra.items():
+        out[key] = _merged(out.get(key, {}), value) if isinstance(value, dict) else value
+    return out
+
+
+def test_mindformers_rules_refuse_what_mindformers_refuses() -> None:
+    # 8 layers over pp 2 × 2 chunks: avg 8 // 4 = 2, offsets summing to 8 mod 4 = 0
+    two_rows = {"parallel_config": {"pipeline_stage": 2}, "model": {"model_config": {"offset": [[1, -1], [0, 0]]}}}
+    # no pipeline_interleave: LayerSetting takes pp_interleave_num 1, `_check_inputs` refuses 2 rows
+    assert mindformers_problems(two_rows, num_layers=8) == [
+        "offset of 2 rows, pp_interleave_num 1 (pipeline_interleave False)"
+    ]
+    on = {"pipeline_config": {"pipeline_interleave": True, "pipeline_scheduler": "1f1b"}}
+    with_v = _merged(two_rows, {"model": {"model_config": {"pp_interleave_num": 2}}, "parallel": on})
+    assert mindformers_problems(with_v, num_layers=8) == []
+    # set_pipeline_config reads both keys; a scheduler other than 1f1b needs the interleave
+    half = _merged(with_v, {"parallel": {"pipeline_config": {}}})
+    half["parallel"] = {"pipeline_config": {"pipeline_interleave": True}}
+    assert mindformers_problems(half, num_layers=8)
+    gpipe = {"parallel": {"pipeline_config": {"pipeline_interleave": False, "pipeline_scheduler": "gpipe"}}}
+    assert mindformers_problems(gpipe, num_layers=8)
+    # the offsets' sum: 9 layers over pp 2 × 2 chunks leave 1
+    assert mindformers_problems(_merged(with_v, {}), num_layers=9)
+
+
 def test_torchtitans_batch_rules_refuse_what_torchtitan_refuses() -> None:
     # job_config.py defaults (local 8, global -1 = 8 × dp, micro-batch 1): 8 micro-batches, one step
     assert torchtitan_batch({}, {}, 4) == (1, 8, 1, [])
@@ -171,8 +219,12 @@ def test_the_rules_refuse_what_the_frameworks_refuse() -> None:
 def written(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[object, Path]]:
     """The tiny specs searched (one worker) and written out with `-o`: Megatron's with ZeRO 0-3 and FSDP."""
     out = {}
-    for name in ("tiny-dense", "tiny-moe", "tiny-mtp", "tiny-groups", "tiny-titan"):
-        raw = yaml.safe_load((DATA / f"{name}.yaml").read_text())
+    for name in ("tiny-dense", "tiny-moe", "tiny-mtp", "tiny-groups", "tiny-titan", "tiny-mindformers"):
+        # tiny-dense searched as MindFormers runs it, with 1 or 2 chunks a stage
+        raw = yaml.safe_load((DATA / f"{name.replace('mindformers', 'dense')}.yaml").read_text())
+        if name == "tiny-mindformers":
+            raw["framework"] = "mindformers"
+            raw["limits"]["pp"] = [2]
         if raw.get("framework", "megatron") == "megatron":
             raw.setdefault("limits", {})["zero"] = [0, 1, 2]
             raw["limits"]["fsdp"] = [False, True]
@@ -242,6 +294,20 @@ def test_the_searchs_torchtitan_files_are_accepted(written) -> None:
         assert problems == [], (path.name, problems)
         checked += 1
     assert checked
+
+
+def test_the_searchs_mindformers_files_are_accepted(written) -> None:
+    """Each ranked strategy's `NN-<name>.mindformers.yaml` as written, chunks or not."""
+    result, target = written["tiny-mindformers"]
+    spec = result.spec
+    chunks = set()
+    for place, entry in enumerate(result.ranked, start=1):
+        document = yaml.safe_load((target / f"{place:02d}-{entry.strategy.label(spec)}.mindformers.yaml").read_text())
+        assert document == mindformers_settings(entry.strategy, entry.plan)
+        problems = mindformers_problems(document, num_layers=spec.total_body_layers)
+        assert problems == [], (entry.strategy.label(spec), document, problems)
+        chunks.add(entry.strategy.vpp)
+    assert 2 in chunks, chunks  # an interleaved strategy among them
 
 
 @pytest.mark.parametrize(

@@ -19,8 +19,9 @@ def rows(public):
 def test_archive_rows_convert_their_tables_figures(rows):
     # 26.02: 10 dense rows, 5 Qwen3 30B-A3B, 5 235B, 4 DeepSeek-V3, 5 GPT-OSS; 26.02.01: 8 dense (its GB300 70B MXFP8
     # row not priced), 4 30B (its H100 row not priced), 3 235B (its B300 row not priced), 4 DeepSeek-V3, 3 GPT-OSS
-    # (its B300 and B200 rows not priced); 26.06: 5 dense; 25.09: 13 dense
-    assert len(rows) == 69
+    # (its B300 and B200 rows not priced); 26.06: 5 dense, 3 Qwen3 30B-A3B, 2 235B, 2 DeepSeek-V3 and 2 GPT-OSS (MXFP8,
+    # paged stash); 25.09: 13 dense
+    assert len(rows) == 78
     # 26.02 Llama 3 70B on 64 H100 at 1,621 tokens/s each: 256 · 8192 / (1621 · 64) = 2,097,152 / 103,744 = 20.2147
     assert rows["NeMo 26.02 Llama 3 70B FP8 TP4 PP8 GBS256 (64 H100)"].seconds == pytest.approx(20.2147, rel=1e-5)
     # 26.06 Llama 3.1 405B on 1024 H100 at 326: 1536 · 8192 / (326 · 1024) = 12,582,912 / 333,824 = 37.6932 s
@@ -92,6 +93,41 @@ def test_archive_qwen3_rows_take_their_tags_presets(public, rows):
     assert oss.timing.cuda_graph_modules == ["attn", "moe_router", "moe_preprocess"] and not oss.recompute.modules
 
 
+def test_archive_26_06_qwen3_mxfp8_rows_take_v0_5_0s_paged_stash_presets(public, rows):
+    # v0.5.0 QWEN3_30B_A3B_PRETRAIN_CONFIG_GB200_FP8_MX_V1: MBS 4, EP 8 on 8 GPUs, so 512 / (4 · 8) = 16 micro-batches;
+    # cutedsl_fused_grouped_mlp (overrides.py: the op fuser, a 32-wide GLU interleave), full-iteration graphs,
+    # qwen3_llm_pretrain.py `set_full_iter_cg_configs` (rank capacity 1.5, the paged stash at 1.2 and 1.0), FP8
+    # attention, moe_a2a_overlap; 512 · 4096 / (40706 · 8) = 2,097,152 / 325,648 = 6.4399 s
+    row = rows["NeMo 26.06 Qwen3 30B-A3B MXFP8 EP8 paged stash (8 GB200)"]
+    assert row.seconds == pytest.approx(6.4399, rel=1e-4)
+    run = public.config(row)
+    assert (run.parallel.dp, run.training.micro_batches, run.timing.cuda_graph_impl) == (8, 16, "full_iteration")
+    assert run.timing.use_transformer_engine_op_fuser and run.timing.moe_mlp_glu_interleave_size == 32
+    assert (run.timing.moe_expert_rank_capacity_factor, run.timing.moe_paged_stash) == (1.5, True)
+    assert run.timing.fp8_dot_product_attention and run.parallel.overlap_moe_expert_parallel_comm
+    assert run.framework_release.transformer_engine == "2.16" and run.timing.cudnn_version == (9, 21)
+    # the 235B on 256 GB300 (..._GB300_FP8_MX_V2): PP 4 · VP 12, MBS 2, DP 64, 8192 / (2 · 64) = 64 micro-batches, 96
+    # counted layers over 48 virtual stages of 2
+    big = public.config(rows["NeMo 26.06 Qwen3 235B MXFP8 PP4 VP12 EP32 paged stash (256 GB300)"])
+    assert (big.parallel.dp, big.parallel.vpp, big.training.micro_batches) == (64, 12, 64)
+    assert sum(map(sum, big.layout_cells())) == 94 and big.timing.moe_paged_stash
+    # DeepSeek-V3 on 256 GB300 (DEEPSEEK_V3_PRETRAIN_CONFIG_GB300_FP8_MX_V2): PP 2, VP 8, EP 32, MBS 1, DP 128, 4096 /
+    # 128 = 32 micro-batches, nothing recomputed, FP8 attention; 4096 · 4096 / (6338 · 256) = 10.3404 s
+    ds_row = rows["NeMo 26.06 DeepSeekV3 MXFP8 PP2 VP8 EP32 paged stash (256 GB300)"]
+    assert ds_row.seconds == pytest.approx(10.3404, rel=1e-4)
+    ds = public.config(ds_row)
+    assert (ds.parallel.dp, ds.training.micro_batches) == (128, 32) and not ds.recompute.modules
+    assert ds.timing.fp8_dot_product_attention and ds.timing.moe_paged_stash
+    assert ds.parallel.overlap_moe_expert_parallel_comm
+    # GPT-OSS 120B on 64 GB200 (GPT_OSS_120B_PRETRAIN_CONFIG_GB200_FP8_MX_V2): EP 64, MBS 4, DP 64, 1280 / (4 · 64) = 5
+    # micro-batches, no recompute, MXFP8 with the fused grouped MLP; 1280 · 4096 / (28947 · 64) = 2.8302 s
+    oss_row = rows["NeMo 26.06 GPT-OSS 120B MXFP8 EP64 paged stash (64 GB200)"]
+    assert oss_row.seconds == pytest.approx(2.8302, rel=1e-4)
+    oss = public.config(oss_row)
+    assert (oss.parallel.ep, oss.training.micro_batches, oss.timing.fp8_recipe) == (64, 5, "mxfp8")
+    assert oss.timing.use_transformer_engine_op_fuser and not oss.recompute.modules
+
+
 def test_archive_25_09_rows_take_v0_1_0rc3s_perf_matrix(public, rows):
     # llama31_405b_llm_pretrain.yaml, gb200 num_gpus_128 fp8_cs: TP 2, Megatron FSDP, 95 layers' activations offloaded,
     # GBS 64, MBS 1: DP 64, one micro-batch; run_script.py keeps gradient accumulation fusion on; comm_overlap.py leaves
@@ -130,8 +166,8 @@ def test_archive_fsdp_rows_offload_as_their_presets(public, rows):
 def test_archive_rows_are_a_group_of_their_own(public, rows):
     results = [(row, row.seconds) for row in rows.values()]
     found = public.groups(results)
-    assert len(found["NeMo archive 25.09 / 26.02 / 26.02.01 / 26.06"]) == 69
-    assert sum(map(len, found.values())) == 69  # no other group takes one
+    assert len(found["NeMo archive 25.09 / 26.02 / 26.02.01 / 26.06"]) == 78
+    assert sum(map(len, found.values())) == 78  # no other group takes one
 
 
 def test_archive_rows_fit_their_devices(public, rows):

@@ -346,8 +346,9 @@ def test_megatron_bridge_card_rows_take_the_h100_recipe_with_only_the_overlap_ch
 def test_megatron_lm_moe_recipe_rows_take_each_recipe_s_settings(public):
     rows = {row.name: row for row in public.public_runs() if row.source == public.MOE_RECIPES}
     runs = {name: public.config(row) for name, row in rows.items()}
-    assert len(runs) == 4
+    assert len(runs) == 5
     prefix = "Megatron-LM recipe Qwen3 30B-A3B "
+    stash = runs.pop(prefix + "MXFP8 EP16 HybridEP paged stash full-iteration graphs (16 GB200)")
     h100_bf16, h100_fp8 = (
         runs[prefix + "BF16 EP8 HybridEP (32 H100)"],
         runs[prefix + "FP8 blockwise EP8 HybridEP graphs (32 H100)"],
@@ -398,13 +399,32 @@ def test_megatron_lm_moe_recipe_rows_take_each_recipe_s_settings(public):
         prefix + "BF16 EP16 HybridEP (16 GB200)": 512 * 4096 * per_token / (16 * 528e12),  # 5.7111 s
         prefix + "MXFP8 EP16 HybridEP graphs (16 GB200)": 512 * 4096 * per_token / (16 * 514e12),  # 5.8667 s
     }
+    # the paged-stash recipe (mxfp8_16GPU_TP1PP1EP16_paged_stash.yaml): 646.8 TFLOP/s, 5.8667 · 514 / 646.8 = 4.6622 s
+    expected[prefix + "MXFP8 EP16 HybridEP paged stash full-iteration graphs (16 GB200)"] = (
+        512 * 4096 * per_token / (16 * 646.8e12)
+    )
     assert {name: row.seconds for name, row in rows.items()} == pytest.approx(expected, rel=1e-12)
+    # its settings: the partial-CG recipe's without TE graphs, with full-iteration graphs, the op fuser at a 32-wide
+    # GLU interleave, rank capacity 1.5, the paged stash at a device buffer of 1.1 and no host one, no NaN check
+    assert (stash.parallel.dp, stash.parallel.ep, stash.training.micro_batches, stash.parallel.devices_per_node) == (
+        16,
+        16,
+        8,
+        16,
+    )
+    assert stash.timing.cuda_graph_impl == "full_iteration" and not stash.timing.cuda_graph_modules
+    assert stash.timing.use_transformer_engine_op_fuser and stash.timing.moe_mlp_glu_interleave_size == 32
+    assert (stash.timing.moe_expert_rank_capacity_factor, stash.timing.moe_paged_stash) == (1.5, True)
+    timing = stash.timing
+    factors = (timing.moe_paged_stash_buffer_size_factor_cuda, timing.moe_paged_stash_buffer_size_factor_cpu)
+    assert factors == (1.1, 0.0) and not timing.check_for_nan_in_grad
+    assert stash.timing.fp8_recipe == "mxfp8" and not stash.timing.fp8_dot_product_attention
 
 
 def test_megatron_bridge_verification_card_rows_take_each_commit_s_perf_recipe(public):
     rows = {row.name: row for row in public.public_runs() if row.source == public.BRIDGE_VERIFICATION}
     runs = {name: public.config(row) for name, row in rows.items()}
-    assert len(runs) == 9
+    assert len(runs) == 20
     # deepseek_v3_pretrain_1024gpu_h100_bf16_config at 79308d0d9: TP 2, PP 8, VP 4, EP 64 on 1024 H100, so
     # DP = 1024 / (2 · 8) = 64 and GBS 16384 / (MBS 1 · 64) = 256 micro-batches; SP on, overlap_grad_reduce off,
     # gathers with the optimizer step, HybridEP (apply_flex_dispatcher_backend on a Hopper), BF16 GEMMs
@@ -483,7 +503,7 @@ def test_megatron_bridge_verification_card_rows_take_each_commit_s_perf_recipe(p
     assert mx.parallel.overlap_moe_expert_parallel_comm and mx.timing.delay_wgrad_compute
     assert not mx.training.moe.router.force_balance and mx.training.grad_bytes == 2
     assert (mx.framework_release.megatron_core, mx.framework_release.transformer_engine) == ("2026-07-23", "2.17")
-    seconds = [row.seconds for row in rows.values()]
+    seconds = [row.seconds for row in rows.values()][:9]
     stated = [61.75613, 4.99563, 20.14729, 25.07032, 30.28955, 16.66493, 11.63635, 22.40088, 12.36234]
     assert seconds == [pytest.approx(value) for value in stated]
     published = [(16384, 1024, 1061.206), (1280, 64, 16398.332), (1024, 16, 13011.378), (1024, 16, 10456.348)]
@@ -495,6 +515,62 @@ def test_megatron_bridge_verification_card_rows_take_each_commit_s_perf_recipe(p
     published.append((512, 8, 21205.047))
     for (gbs, gpus, tokens), s in zip(published, seconds, strict=True):
         assert gbs * 4096 / (gpus * s) == pytest.approx(tokens, rel=1e-5)
+
+
+def test_the_mxfp8_blackwell_card_rows_take_the_paged_stash_recipes(public):
+    cards = [row for row in public.public_runs() if row.source == public.BRIDGE_VERIFICATION]
+    rows = {row.name: row for row in cards if "paged stash" in row.name}
+    runs = {name: public.config(row) for name, row in rows.items()}
+    assert len(runs) == 11
+    # `_enable_hybridep_full_iteration_mxfp8` (perf_recipes/qwen/common.py at 6e1b47893, 0480586879, fbb7570cf):
+    # full-iteration graphs, the op fuser with a 32-wide GLU interleave, rank capacity 1.5, the paged stash with
+    # buffers of 1.2 (device) and 1.0 (host), FP8 attention, the combined 1F1B with delayed weight gradients
+    for run in runs.values():
+        timing = run.timing
+        assert (timing.cuda_graph_impl, timing.moe_dispatcher, timing.fp8_recipe) == (
+            "full_iteration",
+            "hybridep",
+            "mxfp8",
+        )
+        assert timing.use_transformer_engine_op_fuser and timing.moe_mlp_glu_interleave_size == 32
+        assert (timing.moe_expert_rank_capacity_factor, timing.moe_paged_stash) == (1.5, True)
+        factors = (timing.moe_paged_stash_buffer_size_factor_cuda, timing.moe_paged_stash_buffer_size_factor_cpu)
+        assert factors == (1.2, 1.0)
+        assert run.parallel.overlap_moe_expert_parallel_comm and timing.delay_wgrad_compute
+        assert run.parallel.tp == 1 and run.training.moe.router.force_balance
+    # (GPUs, DP, micro-batches, MBS): GB200 at 6e1b47893 MBS 4, GBS 512 / (4 · 8) = 16; GB300 at 0480586879 and the
+    # weak-scaling points at fbb7570cf MBS 8: 512 / (8 · 8) = 2048 / (8 · 32) = 8192 / (8 · 128) = 16384 / (8 · 256) = 8
+    # Qwen3 235B (94 + 2 counted layers): GB200 at 0480586879 PP 8, VP 3, MBS 1: DP 256 / 8 = 32, 8192 / 32 = 256;
+    # GB300 at fbb7570cf PP 4, VP 12, MBS 2: DP 64, 8192 / (2 · 64) = 64. GPT-OSS 120B GB300 at 0480586879: EP 16 on
+    # 64, DP 64, 1280 / (4 · 64) = 5. DeepSeek-V3 at 79308d0d9, GBS 4096, MBS 1: GB200 PP 4, VP 4, EP 64, DP 64,
+    # 4096 / 64 = 64; GB300 PP 2, VP 8, EP 32, DP 128, 4096 / 128 = 32
+    shapes = [
+        (r.parallel.dp, r.parallel.pp, r.parallel.ep, r.training.micro_batches, r.training.micro_batch_size)
+        for r in runs.values()
+    ]
+    assert shapes == [
+        (8, 1, 8, 16, 4),
+        (8, 1, 8, 8, 8),
+        (8, 1, 8, 8, 8),
+        (32, 1, 8, 8, 8),
+        (128, 1, 8, 8, 8),
+        (256, 1, 8, 8, 8),
+        (32, 8, 32, 256, 1),
+        (64, 4, 32, 64, 2),
+        (64, 1, 16, 5, 4),
+        (64, 4, 64, 64, 1),
+        (128, 2, 32, 32, 1),
+    ]
+    releases = [(r.framework_release.megatron_core, r.framework_release.transformer_engine) for r in runs.values()]
+    assert releases == [("2026-07-23", "2.17")] + [("2026-08-13", "2.18")] * 8 + [("2026-08-12", "2.18")] * 2
+    # FP8 attention: every recipe but DeepSeek-V3's GB200 (`_enable_deepseek_full_iteration_mxfp8`'s default off)
+    assert [r.timing.fp8_dot_product_attention for r in runs.values()] == [True] * 9 + [False, True]
+    # the cards' last_10_steps_step_time_ms_avg / 1000 agree with their tokens/s per GPU: GBS · 4096 / (GPUs · s)
+    published = [(512, 8, 40322.898), (512, 8, 44773.361), (512, 8, 44511.004), (2048, 32, 45086.158)]
+    published += [(8192, 128, 44951.404), (16384, 256, 45052.607), (8192, 256, 7320.274), (8192, 256, 8784.492)]
+    published += [(1280, 64, 33017.081), (4096, 256, 4734.856), (4096, 256, 6143.635)]
+    for (gbs, gpus, tokens), row in zip(published, rows.values(), strict=True):
+        assert gbs * 4096 / (gpus * row.seconds) == pytest.approx(tokens, rel=1e-5)
 
 
 def test_every_row_runs_and_the_mean_error_stays_bounded(public):

@@ -234,7 +234,7 @@ def import_megatron(
     te_deterministic = _te_deterministic_attention(args, variables)
     if te_deterministic is not None:
         raw["timing"]["te_deterministic_attention"] = te_deterministic
-    notes.extend(_op_fuser(args, device, variables))
+    raw["timing"].update(_op_fuser(args, device, variables))
     if args.integer("--cpu-offloading-num-layers") and variables.get("NVTE_CPU_OFFLOAD_V1", "0").strip("'\"") == "1":
         notes.append("NVTE_CPU_OFFLOAD_V1=1: TE's older CPU offload handler, not modelled (priced as TE's default)")
     cublas = variables.get("CUBLAS_WORKSPACE_CONFIG")
@@ -1281,24 +1281,39 @@ def _ub_sm_margin(entries: dict[str, Any], methods: dict[str, str], notes: list[
     return None
 
 
-def _op_fuser(args: _Args, device: str, variables: dict[str, str]) -> list[str]:
+def _op_fuser(args: _Args, device: str, variables: dict[str, str]) -> dict[str, Any]:
     """`--use-transformer-engine-op-fuser` (Megatron-LM d98e8a64, TE d0067d0d) builds the dense MLP as
     `TEFusedMLP` and the grouped experts' MLP as one `te.pytorch.ops.Sequential` of `GroupedLinear`,
     `ScaledSwiGLU` (the router's probabilities applied in the activation, as `TEGroupedMLP` does) and
     `GroupedLinear` (gpt_layer_specs.py `get_mlp_module_spec_for_backend`, moe/experts.py
     `TEGroupedMLP._make_fused_ops`): the same GEMM and activation kernels, which keep the same tensors, with
-    one module's host dispatch. Only TE's CuTe DSL fused grouped MLP (ops/fused/grouped_mlp.py
-    `fuse_grouped_mlp_ops`: MXFP8 or NVFP4, compute capability 10, `NVTE_CUTEDSL_FUSED_GROUPED_MLP=1`) runs
-    other kernels, which ppb does not price: said then, read past otherwise."""
+    one module's host dispatch: read past. TE's CuTe DSL fused grouped MLP (ops/fused/grouped_mlp.py
+    `fuse_grouped_mlp_ops`: MXFP8, compute capability 10, `NVTE_CUTEDSL_FUSED_GROUPED_MLP=1`) runs other kernels:
+    then the timing words that price it (`ppb_core.timing.fused_experts`), with the GLU interleave, the rank
+    capacity and the paged stash the command gives (the run config refuses what ppb does not price)."""
     if not args.has("--use-transformer-engine-op-fuser"):
-        return []
+        return {}
     profile = DEVICE_CATALOG.get(device)
     blackwell = profile is not None and int(profile.compute_capability) == 10
     quantized = args.text("--fp8-format") is not None and args.text("--fp8-recipe") == "mxfp8"
     fused = variables.get("NVTE_CUTEDSL_FUSED_GROUPED_MLP", "0").strip("'\"") not in ("", "0")
-    if args.has("--num-experts") and blackwell and quantized and fused:
-        return ["--use-transformer-engine-op-fuser: TE's CuTe DSL fused grouped MLP (MXFP8 on sm100), not modelled"]
-    return []
+    if not (args.has("--num-experts") and blackwell and quantized and fused):
+        return {}
+    words: dict[str, Any] = {"use_transformer_engine_op_fuser": True}
+    interleave = args.integer("--moe-mlp-glu-interleave-size")
+    if interleave is not None:
+        words["moe_mlp_glu_interleave_size"] = interleave
+    if args.text("--moe-expert-rank-capacity-factor") is not None:
+        words["moe_expert_rank_capacity_factor"] = args.number("--moe-expert-rank-capacity-factor", 0.0)
+    if args.has("--moe-paged-stash"):
+        words["moe_paged_stash"] = True
+        for flag, word in (
+            ("--moe-paged-stash-buffer-size-factor-cuda", "moe_paged_stash_buffer_size_factor_cuda"),
+            ("--moe-paged-stash-buffer-size-factor-cpu", "moe_paged_stash_buffer_size_factor_cpu"),
+        ):
+            if args.text(flag) is not None:
+                words[word] = args.number(flag, 0.0)
+    return words
 
 
 def _unmodelled(args: _Args) -> list[str]:

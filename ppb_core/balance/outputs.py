@@ -67,6 +67,24 @@ def _shape(values: list[list[int]], chunks: int) -> list[int] | list[list[int]]:
     return values[0] if chunks == 1 else values
 
 
+def interleave_keys(chunks: int) -> dict[str, Any]:
+    """The MindFormers yaml keys that run *chunks* chunks a stage, beside the four lists: none at one chunk.
+
+    MindFormers builds its layers over `model_config.pp_interleave_num` chunks only when MindSpore's
+    `pipeline_interleave` is on (mindformers/models/utils.py `LayerSetting.__init__`, commit fd4deebc:
+    `pp_interleave_num if use_pp_interleave else 1`, then `_check_inputs` refuses an offset of more rows
+    than that); the yaml's `parallel` section is MindSpore's `set_auto_parallel_context`
+    (core/context/parallel.py), whose `pipeline_config` takes both `pipeline_interleave` and
+    `pipeline_scheduler` (mindspore `_auto_parallel_context.py` `set_pipeline_config`, a05ce588; "1f1b" its
+    interleaved 1F1B). Until session 31 a plan of 2 chunks printed the offsets alone, which MindFormers refuses."""
+    if chunks == 1:
+        return {}
+    return {
+        "model": {"model_config": {"pp_interleave_num": chunks}},
+        "parallel": {"pipeline_config": {"pipeline_interleave": True, "pipeline_scheduler": "1f1b"}},
+    }
+
+
 def to_yaml(plan: Plan) -> dict[str, Any]:
     p = plan.problem
     base = nass(p)

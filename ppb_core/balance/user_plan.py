@@ -305,10 +305,40 @@ def _check_sizes(document: dict[str, Any], problem: BalanceInput, run: RunConfig
                 field,
                 f"{shown(value)}, the run config has {name} {expected}: ppb checks the plan at the run's sizes",
             )
+    _check_interleave(document, problem.chunks, where)
     if run is not None:
         _check_device_memory(document, problem, where)
     if run is not None and run.framework == "mindformers":
         _check_optimizer_parallel(document, run, where)
+
+
+def _check_interleave(document: dict[str, Any], chunks: int, where: str) -> None:
+    """A MindFormers training yaml runs *chunks* chunks a stage only with what `outputs.interleave_keys` says:
+    its `model.model_config.pp_interleave_num` (MindFormers' default 1) and, where it states its `parallel`
+    section, MindSpore's `pipeline_config.pipeline_interleave` on; else MindFormers runs one chunk a stage
+    (`LayerSetting.__init__`) and refuses the offsets' rows, which ppb checked as chunks. A bare plan (the four
+    lists alone) says neither and is checked at the run's chunks."""
+    if chunks == 1:
+        return
+    model = document.get("model")
+    model_config = model.get("model_config") if isinstance(model, dict) else None
+    if isinstance(model_config, dict) and "pp_interleave_num" not in model_config:
+        raise InputError(
+            where,
+            "model.model_config.pp_interleave_num",
+            f"missing: MindFormers' default 1 runs one chunk a stage; the run config has vpp {chunks}",
+        )
+    parallel = document.get("parallel")
+    if parallel is None:
+        return
+    pipeline = parallel.get("pipeline_config") if isinstance(parallel, dict) else None
+    if not isinstance(pipeline, dict) or pipeline.get("pipeline_interleave") is not True:
+        raise InputError(
+            where,
+            "parallel.pipeline_config.pipeline_interleave",
+            f"not true: MindFormers then runs one chunk a stage (pp_interleave_num 1) and refuses {chunks} chunks' "
+            "offsets; give pipeline_config: {pipeline_interleave: true, pipeline_scheduler: 1f1b}",
+        )
 
 
 # MindSpore's "xxGB" memory sizes: GiB (mindspore/ccsrc/backend/common/mem_reuse/mem_dynamic_allocator.cc

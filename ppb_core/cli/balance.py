@@ -25,6 +25,7 @@ from ppb_core.balance.fitting import fitting_placement
 from ppb_core.balance.megatron import selective_modules
 from ppb_core.balance.megatron_text import megatron_lines
 from ppb_core.balance.mtp_apart import standalone_problem
+from ppb_core.balance.outputs import interleave_keys
 from ppb_core.balance.problem import BalanceInput, run_problem
 from ppb_core.balance.progress import WorkLimits
 from ppb_core.balance.result import MAX_INTERLEAVE, balance
@@ -303,6 +304,15 @@ _UNIFORM_NOTE = re.compile(
 )
 
 
+def _dotted(keys: dict[str, Any], at: str = "") -> list[tuple[str, Any]]:
+    """Nested yaml keys as (dotted path, value) lines: `model.model_config.pp_interleave_num: 2`."""
+    lines: list[tuple[str, Any]] = []
+    for key, value in keys.items():
+        path = f"{at}.{key}" if at else key
+        lines += _dotted(value, path) if isinstance(value, dict) else [(path, json.dumps(value))]
+    return lines
+
+
 def _uniform_replaced(result: dict[str, Any]) -> tuple[str, float, float] | None:
     """(option, its iteration s, the balancer's plan's s) where the best uniform split replaced the plan
     (`faster_uniform.prefer_uniform`'s solver note), else None."""
@@ -402,6 +412,8 @@ def render(result: dict[str, Any], solve_s: float) -> None:
         console.print("To put in the MindFormers / HyperParallel yaml:")
         for key in ("offset", "recompute", "select_recompute", "select_comm_recompute"):
             console.print(f"  {key}: {result[key]}")
+        for key, value in _dotted(interleave_keys(given["interleave"])):
+            console.print(escape(f"  {key}: {value}"))
         empty = [
             f"(chunk {v}, stage {s})"
             for v, row in enumerate(result.get("cells") or [])

@@ -170,6 +170,15 @@ def print_tables(result: Estimate) -> None:
             "yes" if peak.fits else "[red]no[/red]",
         )
     console.print(stages)
+    for pools, peak in zip(result.reserved, result.stages, strict=False):
+        if pools is not None:
+            console.print(
+                f"stage {peak.stage}: torch's caching allocator reserves about {_mb(pools.total_bytes)} MB "
+                f"(torchtitan's reserved_bytes.all.peak; the run config's reserved memory aside): the compute "
+                f"stream {_mb(pools.compute_bytes)} (the loss's free hole {_mb(pools.loss_hole_bytes)} of it), "
+                f"FSDP2's all-gather copy-in {_mb(pools.copy_in_bytes)}, "
+                f"reduce-scatter {_mb(pools.reduce_scatter_bytes)}"
+            )
     print_memory_calibration(console, run)
     if result.stages_at_full:
         highest = max(result.stages_at_full, key=lambda peak: peak.peak_bytes)

@@ -1,4 +1,5 @@
-"""Which releases of Megatron-Core, Transformer Engine and PyTorch a run's rules follow (`framework_release`).
+"""Which releases of Megatron-Core, Transformer Engine, PyTorch and torchtitan a run's rules follow
+(`framework_release`).
 
 ppb's Megatron rules read Megatron-LM at d98e8a64 (2026-08-22) and Transformer Engine at d0067d0d
 (2026-08-22). A run of an older pinned release (or a measurement taken at an older commit, as most of
@@ -10,6 +11,11 @@ or uv.lock names it) or as the date of the commit run (`2025-07-05`, a commit of
 holds a change from the first release that holds it, a date from the change's own date.
 PyTorch is stated as its version only (`2.5`, `2.5.0`, or as a container names it, `2.5.0a0+e000cf0ad9`: a
 pre-release of 2.5 is 2.5), never a date. Unstated: the newest code ppb follows.
+
+torchtitan is stated as its tag (`v0.2.2`, `0.2`) or the date of the commit run (`2024-12-26` for 9dec370).
+Unstated, it is v0.2.2 (73a0e697, 2026-02-20): ppb's torchtitan defaults follow that release (docs/frameworks.md,
+torchtitan's version), so a change of torchtitan's main after it is priced only for a run stating a commit
+that holds it.
 """
 
 from __future__ import annotations
@@ -21,12 +27,17 @@ from dataclasses import dataclass
 MEGATRON_CORE = "megatron_core"
 TRANSFORMER_ENGINE = "transformer_engine"
 PYTORCH = "pytorch"
+TORCHTITAN = "torchtitan"
 # the code ppb's rules read (the newest they follow): commit and date (PyTorch: the release read)
 NEWEST = {
     MEGATRON_CORE: ("d98e8a64", "2026-08-22"),
     TRANSFORMER_ENGINE: ("d0067d0d", "2026-08-22"),
     PYTORCH: ("2.13", ""),
+    TORCHTITAN: ("b5bcd76c6", "2026-08-21"),
 }
+# what an unstated release is where it is not the newest code (tag, commit and date): ppb's torchtitan
+# defaults follow its v0.2.2
+UNSTATED = {TORCHTITAN: ("v0.2.2", "73a0e697, 2026-02-20")}
 # the (major, minor) releases each library tagged (NVIDIA/Megatron-LM tags core_v0.4.0 .. core_v0.19.0,
 # core_r0.8.0 .. core_r0.11.0; NVIDIA/TransformerEngine tags v0.1 .. v2.18, and 1.14, never tagged: its branch
 # release_v1.14 ("Code drop for version 1.14", 3b2a7b00f, VERSION 1.14.0), the TE of NGC's PyTorch 25.01 container)
@@ -37,21 +48,26 @@ KNOWN_RELEASES: dict[str, frozenset[tuple[int, int]]] = {
     ),
     # pytorch/pytorch tags v1.0 .. v1.13, v2.0 .. v2.13
     PYTORCH: frozenset([(1, minor) for minor in range(14)] + [(2, minor) for minor in range(14)]),
+    # pytorch/torchtitan tags v0.1.0, v0.2.0, v0.2.1, v0.2.2
+    TORCHTITAN: frozenset({(0, 1), (0, 2)}),
 }
 _TAG = {
     MEGATRON_CORE: re.compile(r"(?:core_[rv])?(\d+)\.(\d+)(?:\.\d+)?(?:rc\d+)?"),
     TRANSFORMER_ENGINE: re.compile(r"v?(\d+)\.(\d+)(?:\.\d+)?(?:\.post\d+|rc\d+)?(?:\+[0-9a-f]+)?"),
     PYTORCH: re.compile(r"v?(\d+)\.(\d+)(?:\.\d+)?(?:a\d+|rc\d+)?(?:\+[0-9a-z.]+)?"),
+    TORCHTITAN: re.compile(r"v?(\d+)\.(\d+)(?:\.\d+)?"),
 }
-_SHOWN = {MEGATRON_CORE: "Megatron-Core", TRANSFORMER_ENGINE: "Transformer Engine", PYTORCH: "PyTorch"}
-_EXAMPLE = {MEGATRON_CORE: "core_v0.13.0", TRANSFORMER_ENGINE: "v2.4", PYTORCH: "2.5 or 2.5.0a0+e000cf0ad9"}
+_SHOWN = {MEGATRON_CORE: "Megatron-Core", TRANSFORMER_ENGINE: "Transformer Engine", PYTORCH: "PyTorch",
+          TORCHTITAN: "torchtitan"}  # fmt: skip
+_EXAMPLE = {MEGATRON_CORE: "core_v0.13.0", TRANSFORMER_ENGINE: "v2.4", PYTORCH: "2.5 or 2.5.0a0+e000cf0ad9",
+            TORCHTITAN: "v0.2.2"}  # fmt: skip
 
 
 @dataclass(frozen=True)
 class Change:
     """A rule of ppb's that one commit of one library introduced."""
 
-    library: str  # MEGATRON_CORE | TRANSFORMER_ENGINE | PYTORCH
+    library: str  # MEGATRON_CORE | TRANSFORMER_ENGINE | PYTORCH | TORCHTITAN
     commit: str
     date: str  # the commit's date (YYYY-MM-DD)
     release: tuple[int, int]  # the first release that holds it
@@ -255,6 +271,42 @@ CHANGES: dict[str, Change] = {
         "of a kernel with several configs cloned them on the device (`CachingAutotuner.bench` → `clone_args`) "
         "beside Triton's `do_bench` L2 flush buffer",
     ),
+    "te_fused_grouped_mlp": Change(
+        TRANSFORMER_ENGINE,
+        "29a8c2fec",
+        "2026-04-03",
+        (2, 14),
+        "TE's op fuser fuses a GroupedLinear, a scaled GLU and a GroupedLinear under MXFP8 into cuDNN frontend's "
+        "CuTe DSL grouped-GEMM kernels (#2769 on main; the v2.14 tag holds it as ops/fused/forward_grouped_mlp.py and "
+        "backward_grouped_mlp.py, their weight gradients cuBLAS's grouped-tensor GEMM; the joint op of grouped_mlp.py "
+        "with the CuTe DSL weight-gradient kernel from 91bb9cfe4, 2026-06-11); before, the op fuser ran its basic ops",
+    ),
+    "mcore_fused_grouped_mlp": Change(
+        MEGATRON_CORE,
+        "6815c0fefe",
+        "2026-05-15",
+        (0, 18),
+        "Megatron-Core's TEGroupedMLP runs its experts through TE's op fuser under use_transformer_engine_op_fuser "
+        "(#4636, experts.py `TEGroupedMLP._fused_forward`); before, the op fuser built TE's ops for dense MLPs only",
+    ),
+    "mcore_paged_stash": Change(
+        MEGATRON_CORE,
+        "f007db77b9",
+        "2026-05-22",
+        (0, 18),
+        "Megatron-Core's paged stash of the fused grouped MLP's saved tensors (#4247, moe/paged_stash.py) and the "
+        "rank capacity that sizes HybridEP's buffers (moe_expert_rank_capacity_factor)",
+    ),
+    "torchtitan_fused_qkv": Change(
+        TORCHTITAN,
+        "3396a4b37",
+        "2026-06-24",
+        (0, 3),  # in no tagged release: v0.2.2 (2026-02-20) is the newest tag, so the next minor release
+        "Llama 3's, Qwen3's and gpt-oss's attention projects Q, K and V with one `wqkv` linear and splits its "
+        "output into contiguous copies (models/common/attention.py `FusedQKVLinear`, from ad7a86533; made the "
+        "default by models/llama3/__init__.py `fuse_qkv=True`); before, three linears wq, wk, wv "
+        "(`QKVLinear`, models/llama3/model.py `Attention` at 9dec370 and v0.2.2)",
+    ),
 }
 
 
@@ -291,6 +343,7 @@ def parse_release(library: str, value: str) -> Release:
         if version in KNOWN_RELEASES[library]:
             return Release(version=version)
     newest, day = NEWEST[library]
+    newest, day = UNSTATED.get(library, (newest, day))
     if library == PYTORCH:
         raise ValueError(f"{text[:40]!r} is no PyTorch release ppb knows: give its version (e.g. {_EXAMPLE[library]}; "
                          f"unset: {newest})")  # fmt: skip

@@ -50,7 +50,9 @@ from ppb_core.config.releases import (
     CHANGES,
     MEGATRON_CORE,
     PYTORCH,
+    TORCHTITAN,
     TRANSFORMER_ENGINE,
+    UNSTATED,
     Release,
     parse_release,
     send_waits_of,
@@ -991,6 +993,45 @@ class TimingOptions(StrictModel):
         "cuDNN's FP8 kernels of the recipe (delayed and tensorwise per-tensor FP8, mxfp8 MXFP8) with their casts "
         "(ppb_core.timing.fp8_attention); time only",
     )
+    use_transformer_engine_op_fuser: bool = Field(
+        False,
+        description="Megatron-Core's TransformerConfig.use_transformer_engine_op_fuser (Megatron-LM's "
+        "--use-transformer-engine-op-fuser): the routed experts of TEGroupedMLP run as TE's op fuser's fused "
+        "grouped MLP, the CuTe DSL kernels of cuDNN's frontend (TE ops/fused/grouped_mlp.py, NVTE_CUTEDSL_FUSED_"
+        "GROUPED_MLP=1, which Megatron asserts for a gated expert): the activation, the routing probabilities and "
+        "the MXFP8 quantization in the GEMMs' epilogues, one persistent kernel over every expert "
+        "(ppb_core.timing.fused_experts); dense MLPs (TEFusedMLP) priced as TE's modules",
+    )
+    moe_mlp_glu_interleave_size: Annotated[PositiveInt, limits.at_most(limits.FFN)] | None = Field(
+        None,
+        description="Megatron's --moe-mlp-glu-interleave-size: the experts' fc1 output as alternating blocks of "
+        "gate and linear columns; TE's fused grouped MLP matches only at 32 (grouped_mlp.py "
+        "`validate_grouped_mlp_dims`)",
+    )
+    moe_expert_rank_capacity_factor: Annotated[PositiveFloat, limits.at_most(limits.FACTOR)] | None = Field(
+        None,
+        description="Megatron's --moe-expert-rank-capacity-factor: HybridEP's receive buffer and the fused "
+        "grouped MLP sized to this times a rank's balanced rows (static shapes, no host synchronization; tokens "
+        "beyond it make the step rerun dropless); time and memory are priced at the routed rows",
+    )
+    moe_paged_stash: bool = Field(
+        False,
+        description="Megatron's --moe-paged-stash: the fused grouped MLP's saved tensors (their routed rows only) "
+        "copied into paged buffers after its forward and back before its backward "
+        "(megatron/core/transformer/moe/paged_stash.py): memory at the buffer's size "
+        "(ppb_core.memory.activations), the copies' HBM passes on a side stream (ppb_core.timing.fused_experts)",
+    )
+    moe_paged_stash_buffer_size_factor_cuda: Annotated[float, Field(ge=-limits.FACTOR, le=limits.FACTOR)] = Field(
+        1.10,
+        description="Megatron's --moe-paged-stash-buffer-size-factor-cuda: the stash's device buffer over the "
+        "balanced rows of the layers in flight (positive; negative sizes it to the measured maximum, which ppb "
+        "cannot state: refused)",
+    )
+    moe_paged_stash_buffer_size_factor_cpu: Annotated[float, Field(ge=-limits.FACTOR, le=limits.FACTOR)] = Field(
+        0.0,
+        description="Megatron's --moe-paged-stash-buffer-size-factor-cpu: a pinned host buffer the stash spills "
+        "to when its device pages run out (host memory; not priced: ppb prices balanced rows, which fit)",
+    )
     cudnn_release: str | None = Field(
         None,
         max_length=24,
@@ -1241,8 +1282,9 @@ class PPBOptions(StrictModel):
 
 
 class FrameworkRelease(StrictModel):
-    """The Megatron-Core, Transformer Engine and PyTorch releases the run ran (`ppb_core.config.releases`): the
-    rules that changed since are priced as that code held them. Unset: the newest code ppb follows."""
+    """The Megatron-Core, Transformer Engine, PyTorch and torchtitan releases the run ran
+    (`ppb_core.config.releases`): the rules that changed since are priced as that code held them. Unset: the
+    newest code ppb follows (torchtitan: v0.2.2, whose defaults ppb's follow)."""
 
     megatron_core: str | None = Field(
         None,
@@ -1261,14 +1303,20 @@ class FrameworkRelease(StrictModel):
         max_length=40,
         description="PyTorch's version (2.5, 2.5.0, or as a container names it, 2.5.0a0+e000cf0ad9); unset: 2.13",
     )
+    torchtitan: str | None = Field(
+        None,
+        max_length=40,
+        description="torchtitan's release tag (v0.2.2, 0.2) or the date of the commit run (YYYY-MM-DD, 2024-12-26 "
+        "for 9dec370); unset: v0.2.2 (73a0e697, 2026-02-20)",
+    )
 
-    @field_validator("megatron_core", "transformer_engine", "pytorch", mode="before")
+    @field_validator("megatron_core", "transformer_engine", "pytorch", "torchtitan", mode="before")
     @classmethod
     def _dated(cls, value: Any) -> Any:
         """YAML reads an unquoted 2025-07-05 as a date: the same release as the quoted one."""
         return value.isoformat() if isinstance(value, datetime.date) else value
 
-    @field_validator("megatron_core", "transformer_engine", "pytorch")
+    @field_validator("megatron_core", "transformer_engine", "pytorch", "torchtitan")
     @classmethod
     def _known(cls, value: str | None, info: ValidationInfo) -> str | None:
         if value is not None:
@@ -1276,8 +1324,10 @@ class FrameworkRelease(StrictModel):
         return value
 
     def of(self, library: str) -> Release:
-        """One library's release (unset: the newest, which holds every change)."""
+        """One library's release (unset: the newest, which holds every change; torchtitan's v0.2.2)."""
         value = getattr(self, library)
+        if value is None and library in UNSTATED:
+            value = UNSTATED[library][0]
         return Release() if value is None else parse_release(library, value)
 
     def holds(self, change: str) -> bool:
@@ -1287,7 +1337,8 @@ class FrameworkRelease(StrictModel):
 
     @property
     def stated(self) -> bool:
-        return any(value is not None for value in (self.megatron_core, self.transformer_engine, self.pytorch))
+        stated = (self.megatron_core, self.transformer_engine, self.pytorch, self.torchtitan)
+        return any(value is not None for value in stated)
 
 
 class RunConfig(StrictModel):
@@ -1297,8 +1348,9 @@ class RunConfig(StrictModel):
     )
     framework_release: FrameworkRelease = Field(
         default_factory=FrameworkRelease,
-        description="under framework megatron, the Megatron-Core, Transformer Engine and PyTorch releases run "
-        "(ppb_core.config.releases); unset: the newest code ppb follows",
+        description="under framework megatron, the Megatron-Core, Transformer Engine and PyTorch releases run; "
+        "under torchtitan, PyTorch's and torchtitan's (ppb_core.config.releases); unset: the newest code ppb "
+        "follows (torchtitan: v0.2.2)",
     )
     models: Annotated[list[SubModel], Field(min_length=1, max_length=limits.MODELS)]
     parallel: Parallel = Field(default_factory=Parallel)
@@ -1729,6 +1781,12 @@ MEGATRON_TIMING = frozenset(
         "te_deterministic_attention",
         "te_attention_backend",
         "fp8_dot_product_attention",
+        "use_transformer_engine_op_fuser",
+        "moe_mlp_glu_interleave_size",
+        "moe_expert_rank_capacity_factor",
+        "moe_paged_stash",
+        "moe_paged_stash_buffer_size_factor_cuda",
+        "moe_paged_stash_buffer_size_factor_cpu",
         "cuda_graph_warmup_steps",
         "overlap_p2p_comm_warmup_flush",
         "overlap_p2p_comm",
@@ -1941,6 +1999,84 @@ def _check_fp8_attention(run: RunConfig, where: str) -> None:
         raise InputError(where, field, "TE's FP8 attention with attention sinks needs sm100 and cuDNN 9.21")
 
 
+def _check_fused_experts(run: RunConfig, where: str) -> None:
+    """What Megatron-Core and TransformerEngine run under the op fuser, the rank capacity and the paged stash, and
+    what ppb prices of it, each refused in one line. Megatron-LM d98e8a64 experts.py `TEGroupedMLP.__init__`
+    asserts `_is_fused_impl_supported` under use_transformer_engine_op_fuser: TE from 2.14 (its fused ops there), no
+    expert TP, no expert_fc1 / moe_act offloading, a SwiGLU or quick-GEGLU expert, NVTE_CUTEDSL_FUSED_GROUPED_MLP set
+    (for a gated expert). TE 2e559f062 ops/fused/grouped_mlp.py `fuse_grouped_mlp_ops` fuses fc1, activation and fc2
+    only under MXFP8 (NVFP4 is no ppb recipe), sm100 kernels (`*_wrapper_sm100`), widths a multiple of 64 and a
+    32-wide GLU interleave; elsewhere the op fuser runs its basic ops, which ppb does not price. transformer_config.py
+    `__post_init__`: the rank capacity needs the hybridep or ncclep backend (hybridep: the op fuser or
+    moe_use_grouped_tensor), the paged stash the rank capacity, no CPU offloading and no offloaded expert_fc1 or
+    moe_act."""
+    timing, train = run.timing, run.training
+    fuser, field = timing.use_transformer_engine_op_fuser, "timing.use_transformer_engine_op_fuser"
+    moe = [spec for spec in run.specs.values() if isinstance(spec, ModelSpec) and spec.is_moe]
+    if fuser:
+        capability = run.device.profile().compute_capability
+        problem = None
+        if timing.transformer_impl != "transformer_engine":
+            problem = "is TransformerEngine's op fuser: needs timing.transformer_impl transformer_engine"
+        elif not moe:
+            problem = "ppb prices the op fuser's routed experts only; this run has no MoE model (TEFusedMLP)"
+        elif not train.moe.grouped_gemm:
+            problem = "runs TEGroupedMLP's experts fused: needs training.moe.grouped_gemm (--moe-grouped-gemm)"
+        elif run.parallel.expert_tp > 1:
+            problem = "Megatron-Core's fused grouped MLP has no expert tensor parallelism (parallel.etp must be 1)"
+        elif any(spec.activation not in ("swiglu", "quick_geglu") for spec in moe):
+            problem = "Megatron-Core fuses SwiGLU or quick-GEGLU experts only (it asserts for other activations)"
+        elif {"expert_fc1", "moe_act"} & set(train.offload_modules):
+            problem = "Megatron-Core offloads expert_fc1 or moe_act only unfused (it asserts under the op fuser)"
+        elif "moe_act" in run.recompute.modules:
+            problem = "moe_act recompute under the fused grouped MLP is not priced (its kernel saves its input)"
+        elif timing.matmul_dtype != "fp8" or timing.fp8_recipe != "mxfp8":
+            problem = "TE fuses the grouped MLP under MXFP8 only (timing.fp8_recipe); its basic ops are not priced"
+        elif not 10.0 <= capability < 11.0:
+            problem = f"TE's fused grouped MLP runs sm100 kernels; {run.device.name} is compute capability {capability}"
+        elif timing.moe_mlp_glu_interleave_size != 32:
+            problem = "TE's fused grouped MLP needs timing.moe_mlp_glu_interleave_size 32 (else its basic ops run)"
+        elif any(spec.hidden_size % 64 or (spec.moe_intermediate_size or 0) % 64 for spec in moe):
+            problem = "TE's fused grouped MLP needs hidden and expert widths that are multiples of 64"
+        elif not run.framework_release.holds("te_fused_grouped_mlp"):
+            problem = "TE's fused grouped MLP is from v2.14 (framework_release.transformer_engine is older)"
+        elif not run.framework_release.holds("mcore_fused_grouped_mlp"):
+            problem = "Megatron-Core runs its experts through the op fuser from core_v0.18.0 (2026-05-15)"
+        if problem is not None:
+            raise InputError(where, field, problem)
+    if timing.moe_mlp_glu_interleave_size is not None and not fuser:
+        said = "without the op fuser Megatron reorders the interleaved columns each forward, which is not priced"
+        raise InputError(where, "timing.moe_mlp_glu_interleave_size", said)
+    capacity, field = timing.moe_expert_rank_capacity_factor, "timing.moe_expert_rank_capacity_factor"
+    if capacity is not None:
+        if not moe:
+            raise InputError(where, field, "is a MoE setting; this run has no MoE model")
+        if timing.moe_dispatcher != "hybridep":
+            raise InputError(where, field, "ppb prices the rank capacity under HybridEP (timing.moe_dispatcher)")
+        if not fuser:
+            said = "with HybridEP needs the op fuser (use_transformer_engine_op_fuser), as Megatron-Core asserts"
+            raise InputError(where, field, said)
+        if not run.framework_release.holds("mcore_paged_stash"):
+            raise InputError(where, field, "is Megatron-Core's from core_v0.18.0 (2026-05-22)")
+    field = "timing.moe_paged_stash"
+    if timing.moe_paged_stash:
+        if capacity is None:
+            said = "needs timing.moe_expert_rank_capacity_factor, as Megatron-Core asserts"
+            raise InputError(where, field, said)
+        if train.cpu_offloading_num_layers:
+            raise InputError(where, field, "cannot run with CPU offloading, as Megatron-Core asserts")
+        if {"expert_fc1", "moe_act"} & set(train.offload_modules):
+            raise InputError(where, field, "covers expert_fc1 and moe_act: Megatron-Core refuses offloading them")
+        if timing.moe_paged_stash_buffer_size_factor_cuda <= 0:
+            said = "a buffer sized to the measured maximum (factor <= 0) is not priced: give a positive factor"
+            raise InputError(where, "timing.moe_paged_stash_buffer_size_factor_cuda", said)
+    else:
+        fields = TimingOptions.model_fields
+        for name in ("moe_paged_stash_buffer_size_factor_cuda", "moe_paged_stash_buffer_size_factor_cpu"):
+            if getattr(timing, name) != fields[name].default:
+                raise InputError(where, f"timing.{name}", "is read only with timing.moe_paged_stash")
+
+
 def _check_te_words(timing: TimingOptions, where: str, flash_attention: bool) -> None:
     """TransformerEngine's settings without the TE part they set, which would price nothing: the attention
     backend (Megatron's language_module.py `_set_attention_backend` sets NVTE_FLASH_ATTN / NVTE_FUSED_ATTN,
@@ -2008,15 +2144,15 @@ def check_fused_determinism(framework: str, timing: TimingOptions, device: Devic
 
 def misplaced_release(framework: str, release: FrameworkRelease) -> tuple[str, str] | None:
     """The first release *release* states that *framework* does not read, and why (None: every one is read):
-    Megatron reads all three; torchtitan its PyTorch's (FSDP2's root rule, `releases.CHANGES`)."""
-    read = {"megatron": (MEGATRON_CORE, TRANSFORMER_ENGINE, PYTORCH), "torchtitan": (PYTORCH,)}.get(framework, ())
-    for library in (MEGATRON_CORE, TRANSFORMER_ENGINE, PYTORCH):
-        if getattr(release, library) is not None and library not in read:
-            whose = (
-                "is read under frameworks megatron and torchtitan only"
-                if library == PYTORCH
-                else ("is Megatron-Core's and Transformer Engine's")
-            )
+    Megatron reads Megatron-Core's, TE's and PyTorch's; torchtitan PyTorch's (FSDP2's root rule) and its own
+    (`releases.CHANGES`)."""
+    read = {"megatron": (MEGATRON_CORE, TRANSFORMER_ENGINE, PYTORCH), "torchtitan": (PYTORCH, TORCHTITAN)}
+    for library in (MEGATRON_CORE, TRANSFORMER_ENGINE, PYTORCH, TORCHTITAN):
+        if getattr(release, library) is not None and library not in read.get(framework, ()):
+            whose = {
+                PYTORCH: "is read under frameworks megatron and torchtitan only",
+                TORCHTITAN: "is torchtitan's",
+            }.get(library, "is Megatron-Core's and Transformer Engine's")
             return library, whose
     return None
 
@@ -2046,6 +2182,7 @@ def _check_run(run: RunConfig, where: str) -> None:
     check_fused_determinism(run.framework, run.timing, run.device, run.training.seq_length, where)
     _check_float8_gather(run, where)
     _check_fp8_attention(run, where)
+    _check_fused_experts(run, where)
     for index, sub in enumerate(run.models):
         if sub.recompute is not None and not isinstance(train.recompute, dict):
             raise InputError(

@@ -28,6 +28,7 @@ from ppb_core.memory import (
     run_in_flight_vectors,
     stage_peaks,
 )
+from ppb_core.memory.reserved import ReservedPools, reserved_pools
 from ppb_core.model.kinds import LayerKind
 from ppb_core.model.switches import OPTIONS
 from ppb_core.model.walk import Layer, LayerWalk, walk
@@ -90,6 +91,8 @@ class Estimate:
     stages: tuple[StagePeak, ...] = ()
     iteration: dict[str, Any] | None = None  # `ppb_core.timing.iteration.Iteration.to_json()`
     stages_at_full: tuple[StagePeak, ...] = ()  # the same stages with every body layer fully recomputed
+    # each stage's caching-allocator pools where ppb prices them (torchtitan under FSDP2), else empty
+    reserved: tuple[ReservedPools | None, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
         data = {
@@ -101,6 +104,8 @@ class Estimate:
             data["iteration"] = dict(self.iteration)
         if self.stages_at_full:
             data["stages_at_full"] = [stage_json(p) for p in self.stages_at_full]
+        if self.reserved:
+            data["allocator_reserved"] = [None if pools is None else reserved_json(pools) for pools in self.reserved]
         return data
 
 
@@ -131,6 +136,29 @@ def stage_json(peak: StagePeak) -> dict[str, Any]:
         "first_call_bytes": _number(peak.first_call_bytes),
         "first_step_bytes": _number(peak.first_step_bytes),
     }
+
+
+def reserved_json(pools: ReservedPools) -> dict[str, Any]:
+    """A stage's caching-allocator pools (`ppb_core.memory.reserved`), in bytes."""
+    return {
+        "reserved_bytes": _number(pools.total_bytes),
+        "compute_bytes": _number(pools.compute_bytes),
+        "loss_hole_bytes": _number(pools.loss_hole_bytes),
+        "copy_in_bytes": _number(pools.copy_in_bytes),
+        "reduce_scatter_bytes": _number(pools.reduce_scatter_bytes),
+        "allocated_bytes": _number(pools.allocated_bytes),
+    }
+
+
+def reserved_from_json(data: Mapping[str, Any]) -> ReservedPools:
+    """A stage's pools back from their `reserved_json` (the total left aside: it is derived)."""
+    return ReservedPools(
+        compute_bytes=data["compute_bytes"],
+        loss_hole_bytes=data["loss_hole_bytes"],
+        copy_in_bytes=data["copy_in_bytes"],
+        reduce_scatter_bytes=data["reduce_scatter_bytes"],
+        allocated_bytes=data["allocated_bytes"],
+    )
 
 
 def peak_from_json(data: Mapping[str, Any]) -> StagePeak:
@@ -222,12 +250,15 @@ def estimate(
     in_flight = run_in_flight(run) if stages else None
     peaks: tuple[StagePeak, ...] = ()
     at_full: tuple[StagePeak, ...] = ()
+    reserved: tuple[ReservedPools | None, ...] = ()
     if in_flight is not None:
         device = run.device
         sizes = (in_flight, device.profile().memory_mb * MB, device.reserved_mb * MB)
         vectors, steps = run_in_flight_vectors(run), run_combined_steps(run)
         peaks = tuple(stage_peaks(memory, layer_walk, *sizes, vectors=vectors, steps=steps))
         at_full = tuple(stage_peaks(memory, layer_walk, *sizes, option_of=_full, vectors=vectors, steps=steps))
+        pools = tuple(reserved_pools(memory, layer_walk, peak) for peak in peaks)
+        reserved = pools if any(found is not None for found in pools) else ()
     summary = run_summary(run, in_flight)
     summary["stage_options"] = {name: configured_option(memory, name) for name in run.model_names}
     # each model's body layers per option as the run's recompute places them: Megatron's block method
@@ -245,7 +276,7 @@ def estimate(
     describe_calibration = getattr(times, "calibration_json", None)
     if describe_calibration is not None and (applied := describe_calibration()) is not None:
         summary["time_calibration"] = applied
-    return Estimate(summary, rows, peaks, stages_at_full=at_full)
+    return Estimate(summary, rows, peaks, stages_at_full=at_full, reserved=reserved)
 
 
 def _full(layer: Layer) -> str:

@@ -154,6 +154,19 @@ def routed_rows(moe: Moe, setup: MemorySetup) -> float:
     return setup.tokens * moe.experts_per_token * setup.etp / setup.tp * setup.routing_factor
 
 
+def stashed_rows(moe: Moe, setup: MemorySetup) -> float:
+    """The rows the fused grouped MLP's saved tensors take a layer in flight: `routed_rows`, or under Megatron's
+    paged stash its device buffer's share. megatron/core/transformer/moe/paged_stash.py (d98e8a64) copies the
+    saved tensors' routed rows into pages after the forward (`paged_stash_copy_kernel`) and frees the originals;
+    `allocate_stash_buffers` sizes the pages once, at `moe_paged_stash_buffer_size_factor_cuda` (positive) times
+    the most balanced rows in flight over the schedule (`max_avg_tokens_across_vp_stages`, each layer's
+    `avg_num_tokens` its capacity buffer's rows over the rank capacity: `TEGroupedMLP._fused_forward`), whatever
+    the routing: at the peak, where the most layers are in flight, the factor times a layer's balanced rows each."""
+    if not setup.paged_stash_factor:
+        return routed_rows(moe, setup)
+    return setup.tokens * moe.experts_per_token * setup.etp / setup.tp * setup.paged_stash_factor
+
+
 def moe_terms(kind: BodyKind, moe: Moe, setup: MemorySetup, prefix: str = "") -> list[ActivationTerm]:
     """Router, dispatched tokens, expert activations, combine and shared experts.
 
@@ -164,7 +177,7 @@ def moe_terms(kind: BodyKind, moe: Moe, setup: MemorySetup, prefix: str = "") ->
     """
     h, bc, whole = kind.hidden_size, setup.dtype_bytes, setup.whole_tokens
     k, local = moe.experts_per_token, 1 / (setup.ep * setup.etp)
-    rows = routed_rows(moe, setup)
+    rows = stashed_rows(moe, setup)  # the experts' saved tensors (the stash's under --moe-paged-stash)
     terms = [
         ActivationTerm(f"{prefix}moe.norm_input", None, whole * h, bc),
         ActivationTerm(f"{prefix}moe.norm_output", "normOp", whole * h, bc),

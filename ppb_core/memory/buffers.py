@@ -24,7 +24,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from ppb_core.memory.activations import encoder_setup, routed_rows
+from ppb_core.memory.activations import encoder_setup, routed_rows, stashed_rows
 from ppb_core.memory.setup import MemorySetup
 from ppb_core.model.geometry import kv_heads_per_rank, per_rank
 from ppb_core.model.kinds import BodyKind, HeadKind, LayerKind, Moe, PatchEmbedKind, ProjectorKind, TailKind
@@ -91,11 +91,12 @@ def ffn_buffers(kind: BodyKind, setup: MemorySetup, prefix: str = "") -> list[Bu
         return terms
     rows = routed_rows(moe, setup)  # after the expert-tensor-parallel all-gather
     dispatched = rows / setup.etp  # what this rank's dispatch brought in
+    kept = stashed_rows(moe, setup) / setup.etp  # its saved share (the paged stash's rows where it holds it)
     if setup.ep > 1:
         remote = (setup.ep - 1) / setup.ep
         returned = setup.whole_tokens * moe.experts_per_token
         terms += [
-            BufferTerm("ep", f"{prefix}moe.dispatched_tokens_remote", dispatched * h * bc * remote, True),
+            BufferTerm("ep", f"{prefix}moe.dispatched_tokens_remote", kept * h * bc * remote, True),
             BufferTerm("ep", f"{prefix}moe.combined_tokens_remote", returned * h * bc * remote, True),
             BufferTerm("ep", f"{prefix}moe.all_to_all_staging", max(dispatched, returned) * h * bc, False),
         ]

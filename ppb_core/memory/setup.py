@@ -48,6 +48,9 @@ class MemorySetup(Geometry):
     devices_per_node: int = 8  # the NVLink domain (parallel.devices_per_node): frameworks/flex_buffers.py
     flex_num_sms: int = 0  # Megatron's --moe-flex-dispatcher-num-sms (0: unset): DeepEP's buffer channels
     cublas_workspace_bytes: int = 0  # per cuBLAS handle as CUBLAS_WORKSPACE_CONFIG sets it; 0: PyTorch's default
+    # Megatron's --moe-paged-stash: its device buffer's factor over the balanced rows (moe_paged_stash_buffer_size_
+    # factor_cuda); 0: no stash (`ppb_core.memory.activations.stashed_rows`)
+    paged_stash_factor: float = 0.0
     cross_entropy_fusion: bool = False  # Megatron's --cross-entropy-loss-fusion (timing.cross_entropy_fusion)
     cross_entropy_impl: str = "native"  # its --cross-entropy-fusion-impl: native (jit_fuser functions) | te
     # Megatron's --deterministic-mode: torch.use_deterministic_algorithms(True) (training/arguments.py)
@@ -135,6 +138,9 @@ class MemorySetup(Geometry):
             devices_per_node=par.devices_per_node,
             flex_num_sms=run.timing.moe_flex_dispatcher_num_sms or 0,
             cublas_workspace_bytes=run.memory.cublas_workspace_bytes,
+            paged_stash_factor=(
+                run.timing.moe_paged_stash_buffer_size_factor_cuda if run.timing.moe_paged_stash else 0.0
+            ),
             cross_entropy_fusion=run.timing.cross_entropy_fusion,
             cross_entropy_impl=run.timing.cross_entropy_fusion_impl,
             torch_deterministic=run.timing.deterministic,

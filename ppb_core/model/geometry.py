@@ -58,6 +58,9 @@ class Geometry:
     flash_attention: bool = True
     # the busiest expert-parallel rank's routed tokens over the fair share (`RunConfig.routed_share`)
     routing_factor: float = 1.0
+    # torchtitan's GQA attention projects Q, K and V with one `wqkv` linear (`FusedQKVLinear`, its main from
+    # 3396a4b37: `framework_release.torchtitan`, releases `torchtitan_fused_qkv`); False: wq, wk, wv apart
+    fused_qkv: bool = False
 
     def __post_init__(self) -> None:
         if self.cp_variant not in CP_VARIANTS:
@@ -81,6 +84,7 @@ class Geometry:
             "etp": par.expert_tp,
             "flash_attention": train.flash_attention,
             "routing_factor": run.routed_share,
+            "fused_qkv": run.framework == "torchtitan" and run.framework_release.holds("torchtitan_fused_qkv"),
         }
 
     @classmethod

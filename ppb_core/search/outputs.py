@@ -19,7 +19,8 @@ and MindFormers files, a torchtitan search its TOML besides):
   layout: the plan's layout without its recompute does not run as priced);
 * `NN-<name>.mindformers.yaml`, for a MindFormers search: MindFormers' `parallel_config` (data_parallel, model_parallel,
   pipeline_stage, context_parallel, expert_parallel, micro_batch_num, use_seq_parallel),
-  `parallel.enable_parallel_optimizer`, `model.model_config` (offset, pp_interleave_num) and
+  `parallel.enable_parallel_optimizer` (with chunks, `parallel.pipeline_config`), `model.model_config` (offset,
+  pp_interleave_num) and
   `recompute_config` (recompute, select_recompute, select_comm_recompute);
 * `NN-<name>.torchtitan.toml`, for a torchtitan search's strategy: the job-TOML lines of its plan
   (`[parallelism]` degree, schedule and `module_fqns_per_model_part` where PP > 1, `[activation_checkpoint]`),
@@ -39,6 +40,7 @@ from typing import Any
 
 import yaml
 
+from ppb_core.balance.outputs import interleave_keys
 from ppb_core.balance.torchtitan_plan import torchtitan
 from ppb_core.io import write_files
 from ppb_core.search.enumerate import Refusal, Strategy, validate
@@ -122,7 +124,9 @@ def mindformers_settings(strategy: Strategy, plan: dict[str, Any]) -> dict[str, 
             "micro_batch_num": s.micro_batches,
             "use_seq_parallel": s.sequence_parallel,
         },
-        "parallel": {"enable_parallel_optimizer": s.zero >= 1 or s.fsdp},
+        # with chunks, MindSpore's interleaved pipeline as well (`interleave_keys`: without it MindFormers runs one
+        # chunk a stage and refuses the offsets' rows)
+        "parallel": {"enable_parallel_optimizer": s.zero >= 1 or s.fsdp, **interleave_keys(s.vpp).get("parallel", {})},
         "runner_config": {"batch_size": s.micro_batch_size},
         "model": {"model_config": {"offset": plan.get("offset"), "pp_interleave_num": s.vpp}},
         "recompute_config": {key: plan.get(key) for key in ("recompute", "select_recompute", "select_comm_recompute")},

@@ -14,7 +14,14 @@ from typing import Any
 
 import pandas as pd
 
-from ppb_core.estimate.run import Estimate, KindEstimate, peak_from_json, stage_json
+from ppb_core.estimate.run import (
+    Estimate,
+    KindEstimate,
+    peak_from_json,
+    reserved_from_json,
+    reserved_json,
+    stage_json,
+)
 from ppb_core.memory import StagePeak
 from ppb_core.model.kinds import kind_from_dict
 from ppb_core.model.switches import OPTIONS
@@ -158,6 +165,7 @@ def estimate_to_frame(result: Estimate) -> Summarized:
         "stages": [stage_json(peak) for peak in result.stages],
         "stages_at_full": [stage_json(peak) for peak in result.stages_at_full],
         "iteration": result.iteration,
+        "allocator_reserved": [None if pools is None else reserved_json(pools) for pools in result.reserved],
     }
     return Summarized(LAYER_MEMORY.frame(records), json.loads(json.dumps(summary)))
 
@@ -208,7 +216,10 @@ def estimate_from_frame(stored: Summarized | pd.DataFrame, run: Mapping[str, Any
         )
     stages = tuple(peak_from_json(peak) for peak in summary.get("stages", []))
     at_full = tuple(peak_from_json(peak) for peak in summary.get("stages_at_full", []))
-    return Estimate(run, tuple(rows), stages, summary.get("iteration"), at_full)
+    reserved = tuple(
+        None if pools is None else reserved_from_json(pools) for pools in summary.get("allocator_reserved", [])
+    )
+    return Estimate(run, tuple(rows), stages, summary.get("iteration"), at_full, reserved)
 
 
 def _activations_of(run: Mapping[str, Any], model_name: str, node: str) -> str:

@@ -51,6 +51,14 @@ from ppb_core.timing.flex import (
     ranks_reached,
 )
 from ppb_core.timing.fp8_attention import CAST_LAUNCHES, cast_bytes
+from ppb_core.timing.fused_experts import (
+    BIAS_LAUNCHES,
+    FC1_LAUNCHES,
+    FC2_LAUNCHES,
+    bias_gradient_bytes,
+    dglu_epilogue_bytes,
+    glu_epilogue_bytes,
+)
 from ppb_core.timing.kernels import EAGER_TRAFFIC
 from ppb_core.timing.ring import FP32_BYTES, STEPPED, merge_bytes
 from ppb_core.timing.router import RouterSetting, router_launches
@@ -231,6 +239,12 @@ class Op:
     # TransformerEngine's quantize kernels (TE's FP8 attention's casts, `fp8_attention_casts`): priced at their
     # measured share of HBM where the device states one for the recipe (`TimeModel._quantize_s`)
     te_quantize: bool = False
+    # A GEMM whose (input, output gradient) the kernel before it wrote already quantized in its epilogue (TE's
+    # fused grouped MLP, `ppb_core.timing.fused_experts`): no cast of its own for that operand (`_cast_bytes`)
+    prequantized: tuple[bool, bool] = (False, False)
+    # A grouped GEMM run as one persistent kernel over every group (TE's fused grouped MLP's CuTe DSL kernels):
+    # none of TE's per-stream rounds of one cuBLAS GEMM an expert (`TimeModel._grouped_rounds`)
+    persistent_grouped: bool = False
 
 
 def expert_fp8_pads(run: RunConfig) -> int:
@@ -330,6 +344,9 @@ class OpGeometry(Geometry):
     # TEGroupedMLP's FP8 padding calls before its experts (`expert_fp8_pads`): 0 none, 1 the rows, 2 the rows
     # and their probabilities; with any, the unpadding of the experts' output after them
     expert_fp8_pads: int = 0
+    # Megatron's TEGroupedMLP through TE's op fuser: the fused grouped MLP (`timing.use_transformer_engine_op_fuser`,
+    # `ppb_core.timing.fused_experts`)
+    fused_grouped_mlp: bool = False
     # Megatron's router settings (`training.moe.router`) and the data-parallel size its global aux loss
     # reduces over (`ppb_core.timing.router`)
     router: RouterSetting = dataclasses.field(default_factory=RouterSetting)
@@ -420,6 +437,7 @@ class OpGeometry(Geometry):
             softmax_scaled=run.timing.apply_query_key_layer_scaling,
             sequential_experts=run.framework == "megatron" and not train.moe.grouped_gemm,
             expert_fp8_pads=expert_fp8_pads(run),
+            fused_grouped_mlp=run.framework == "megatron" and run.timing.use_transformer_engine_op_fuser,
             router=RouterSetting.of(train.moe.router),
             dp=par.dp,
             float8_tp=run.framework == "torchtitan"
@@ -549,9 +567,28 @@ def _separate_linears(geo: OpGeometry, *widths: float) -> tuple[float, ...]:
     its own GEMM at its per-rank width. Compiled, they stay separate `mm`s: Inductor batches linears only
     under `pre_grad_fusion_options` / `post_grad_fusion_options` (`batch_linear`), empty by default (torch
     2.6.0 and 2.13 torch/_inductor/config.py), which torchtitan does not set. (): another framework's one
-    fused GEMM (Megatron's linear_qkv, linear_fc1). Not modelled: torchtitan main's one `wqkv` linear
-    (`FusedQKVLinear`, the default for Llama 3 from 3396a4b37, 2026-06-24), after every published run."""
+    fused GEMM (Megatron's linear_qkv, linear_fc1), and torchtitan's one `wqkv` linear where the run's commit
+    holds it (`OpGeometry.fused_qkv`, `_fused_qkv_split`): pass no widths for those."""
     return tuple(widths) if geo.framework == "torchtitan" else ()
+
+
+def _fused_qkv_split(geo: OpGeometry, rows: float, width: float, value: bool) -> tuple[float, float]:
+    """(forward, backward) bytes of torchtitan's split of its one `wqkv` output (`FusedQKVLinear.forward`,
+    models/common/attention.py at 3396a4b37 and b5bcd76c6) for the *width* columns an op holds (Q and K:
+    `qk_proj`; V, *value*: `v_proj`). The output, viewed as [tokens, kv heads, heads a group + 2, head dim], is
+    split along the third axis and each part made contiguous (`reshape(...).contiguous()`: Q cannot be a view,
+    K and V are strided ones); the split's backward is a `cat` of the three gradients into one buffer for the
+    GEMM. Eager: each part a copy kernel (read, write), and the cat reads each gradient and writes its slice.
+    Compiled (torch 2.13's generated code for a block of this shape with torchtitan's complex rotary, read on
+    the CPU): Q's and K's copies fold into the kernel that casts them to fp32 for the rotary (it reads them
+    from the wqkv output where it read wq's and wk's), and in the backward the rotary's cast back writes their
+    gradients straight into the cat's slices: nothing more for Q and K. V's copy is a read and a write of V
+    (the attention kernel takes a realized V), and V's gradient, the attention backward's own output, is read
+    and written into its slice."""
+    elements = rows * width * geo.dtype_bytes
+    if geo.eager:
+        return 2 * elements, 2 * elements
+    return (2 * elements, 2 * elements) if value else (0.0, 0.0)
 
 
 def _shared_input_sums(geo: OpGeometry, rows: float, width: float, linears: int = 2) -> tuple[float, float]:
@@ -1041,7 +1078,7 @@ def _projections(kind: BodyKind, geo: OpGeometry, p: str, norm: str) -> tuple[li
             userbuffers="qkv",
             float8=geo.float8_tp,
             te_fp8=True,
-            linears=3,  # torchtitan's wq, wk, wv (model.py `Attention`)
+            linears=1 if geo.fused_qkv else 3,  # torchtitan's wq, wk, wv (model.py `Attention`) or its wqkv
         )
         ops += entry
         source = entry[0].name if geo.gathers else norm
@@ -1068,10 +1105,11 @@ def _projections(kind: BodyKind, geo: OpGeometry, p: str, norm: str) -> tuple[li
                 inputs=(source,),
                 fused_n=qkv,
                 norm_input=True,
-                linears=_separate_linears(geo, heads * d, kv * d),
-                # torchtitan's wq and wk: one sum of their input gradients (wv's below)
+                linears=() if geo.fused_qkv else _separate_linears(geo, heads * d, kv * d),
+                # torchtitan's wq and wk: one sum of their input gradients (wv's below); its wqkv: the split
                 side_bytes=_plus(
-                    _bias_passes(geo, att.qkv_bias, n, width, added_after=True), _shared_input_sums(geo, n, h)
+                    _bias_passes(geo, att.qkv_bias, n, width, added_after=True),
+                    _fused_qkv_split(geo, n, width, False) if geo.fused_qkv else _shared_input_sums(geo, n, h),
                 ),
                 **qk_state("qk_proj"),
             )
@@ -1109,9 +1147,10 @@ def _projections(kind: BodyKind, geo: OpGeometry, p: str, norm: str) -> tuple[li
                 inputs=(source,),
                 fused_n=qkv,
                 norm_input=True,
-                linears=_separate_linears(geo, kv * d),
+                linears=() if geo.fused_qkv else _separate_linears(geo, kv * d),
                 side_bytes=_plus(
-                    _bias_passes(geo, att.qkv_bias, n, kv * d, added_after=True), _shared_input_sums(geo, n, h)
+                    _bias_passes(geo, att.qkv_bias, n, kv * d, added_after=True),
+                    _fused_qkv_split(geo, n, kv * d, True) if geo.fused_qkv else _shared_input_sums(geo, n, h),
                 ),
                 **({"transient": True} if ulysses else {"switch": "attBMM"}),
             )
@@ -1864,6 +1903,41 @@ def _clamped_activation(ops: list[Op], moe: Moe, geo: OpGeometry, rows: float, p
     return [*ops[:at], clamp, dataclasses.replace(ops[at], inputs=(clamp.name,)), *ops[at + 1 :]]
 
 
+def _fused_grouped_mlp(ops: list[Op], geo: OpGeometry, rows: float, width: int, p: str) -> list[Op]:
+    """The routed experts' ops as TE's fused grouped MLP runs them (`ppb_core.timing.fused_experts`): fc1's GEMM
+    with the GLU, the probabilities and fc2's input quantization in its epilogue, fc2's input-gradient GEMM with
+    the GLU's backward and fc1's output-gradient quantization in its; the activation (and GPT-OSS's clamp) no
+    kernel of its own. The epilogues' bytes join their GEMM's traffic (its HBM floor; `backward_bytes` holds both
+    backward halves, each floored at half of it); each GEMM one persistent kernel over the experts."""
+    probs = expert_probs_bytes(geo)
+    fused = []
+    for op in ops:
+        if op.name == p + "experts_clamp":
+            continue
+        if op.name == p + "experts_in":
+            op = dataclasses.replace(
+                op,
+                bytes=op.bytes + glu_epilogue_bytes(rows, width, probs),
+                prequantized=(False, True),
+                persistent_grouped=True,
+                launches=FC1_LAUNCHES,
+            )
+        elif op.name == p + "experts_act":
+            op = dataclasses.replace(
+                op, inputs=(p + "experts_in",), bytes=0.0, backward_bytes=0.0, fusion=None, launches=(0.0, 0.0)
+            )
+        elif op.name == p + "experts_out":
+            op = dataclasses.replace(
+                op,
+                backward_bytes=op.backward_bytes + dglu_epilogue_bytes(rows, width, probs, geo.dtype_bytes),
+                prequantized=(True, False),
+                persistent_grouped=True,
+                launches=FC2_LAUNCHES,
+            )
+        fused.append(op)
+    return fused
+
+
 def _expert_output_bias(
     name: str, block: str, geo: OpGeometry, rows: float, h: int, local: int, inputs: tuple[str, ...]
 ) -> Op:
@@ -1890,6 +1964,9 @@ def _expert_output_bias(
     the cat, the casts and the sums read and write contiguous tensors. Elsewhere (no such per-expert loop)
     one add forward, its bias gradient's read back."""
     bc = geo.dtype_bytes
+    if geo.fused_grouped_mlp:  # in fc2's epilogue; its gradient a kernel of its own (`ppb_core.timing.fused_experts`)
+        bias = _elementwise(name, block, 0.0, bias_gradient_bytes(rows, h, bc, expert_probs_bytes(geo)), inputs=inputs)
+        return dataclasses.replace(bias, launches=BIAS_LAUNCHES)
     if geo.framework != "megatron":
         return _elementwise(name, block, 2 * rows * h * bc, rows * h * bc, inputs=inputs)
     wide = max(bc, expert_probs_bytes(geo))
@@ -2119,6 +2196,8 @@ def moe_ops(kind: BodyKind, moe: Moe, geo: OpGeometry, p: str = "") -> list[Op]:
         at = next(i for i, op in enumerate(ops) if op.name == p + "experts_in")
         ops[at] = dataclasses.replace(ops[at], grad_adds=2.0 * local)
     ops = _clamped_activation(ops, moe, geo, rows, p)
+    if geo.fused_grouped_mlp:
+        ops = _fused_grouped_mlp(ops, geo, rows, per_rank(moe.expert_intermediate_size, geo.etp), p)
     source = p + "experts_out"
     if geo.sequential_experts and local > 1:
         ops[-3:] = [dataclasses.replace(op, sequential=local) for op in ops[-3:]]
@@ -2371,6 +2450,8 @@ def _allgather_dispatch(moe: Moe, geo: OpGeometry, h: int, inputs: tuple[str, ..
         at = next(i for i, op in enumerate(ops) if op.name == p + "experts_in")
         ops[at] = dataclasses.replace(ops[at], grad_adds=2.0 * local)
     ops = _clamped_activation(ops, moe, geo, rows, p)
+    if geo.fused_grouped_mlp:
+        ops = _fused_grouped_mlp(ops, geo, rows, per_rank(moe.expert_intermediate_size, geo.etp), p)
     source = p + "experts_out"
     if geo.sequential_experts and local > 1:  # SequentialMLP, as in `moe_ops`
         ops[-3:] = [dataclasses.replace(op, sequential=local) for op in ops[-3:]]
@@ -3041,31 +3122,33 @@ def scaled(op: Op, share: float) -> Op:
     )
 
 
-def _policy_op_parts(kind: BodyKind) -> dict[str, tuple[str, float]]:
-    """Each matmul torchtitan's block runs (by the memory rules' `_block_ops` name) as the op of ppb's
-    op table that holds it, and its share of that op: the table holds wq with wk (`qk_proj`), w1
-    with w3 (`mlp_in`, `shared_in`), and names MLA's wq_a / wq_b / wkv_a / wkv_b `q_down`, `q_up`
-    (`q_proj` without a query LoRA), `kv_down`, `kv_up`."""
+def _policy_op_parts(kind: BodyKind) -> dict[str, tuple[tuple[str, float], ...]]:
+    """Each matmul torchtitan's block runs (by the memory rules' `_block_ops` name) as the ops of ppb's
+    op table that hold it, and its share of each: the table holds wq with wk (`qk_proj`), w1 with w3
+    (`mlp_in`, `shared_in`), the one wqkv of a commit that fuses them as the whole of `qk_proj` and
+    `v_proj`, and names MLA's wq_a / wq_b / wkv_a / wkv_b `q_down`, `q_up` (`q_proj` without a query
+    LoRA), `kv_down`, `kv_up`."""
     att, mlp = kind.attention, kind.mlp
     heads, kv = att.num_heads, att.num_kv_heads
     parts = {
-        "attention.wq_output": ("q_proj" if att.is_mla else "qk_proj", 1.0 if att.is_mla else heads / (heads + kv)),
-        "attention.wk_output": ("qk_proj", kv / (heads + kv)),
-        "attention.wv_output": ("v_proj", 1.0),
-        "attention.wq_a_output": ("q_down", 1.0),
-        "attention.wq_b_output": ("q_up", 1.0),
-        "attention.wkv_a_output": ("kv_down", 1.0),
-        "attention.wkv_b_output": ("kv_up", 1.0),
-        "attention.wo_output": ("out_proj", 1.0),
-        "moe.router_logits": ("router", 1.0),
+        "attention.wq_output": (("q_proj", 1.0),) if att.is_mla else (("qk_proj", heads / (heads + kv)),),
+        "attention.wk_output": (("qk_proj", kv / (heads + kv)),),
+        "attention.wv_output": (("v_proj", 1.0),),
+        "attention.wqkv_output": (("qk_proj", 1.0), ("v_proj", 1.0)),
+        "attention.wq_a_output": (("q_down", 1.0),),
+        "attention.wq_b_output": (("q_up", 1.0),),
+        "attention.wkv_a_output": (("kv_down", 1.0),),
+        "attention.wkv_b_output": (("kv_up", 1.0),),
+        "attention.wo_output": (("out_proj", 1.0),),
+        "moe.router_logits": (("router", 1.0),),
     }
     for prefix, op_in, op_out in (("mlp", "mlp_in", "mlp_out"), ("moe.shared", "shared_in", "shared_out")):
         gated = mlp.gated
-        parts[f"{prefix}.w1_output"] = (op_in, 0.5 if gated else 1.0)
-        parts[f"{prefix}.w3_output"] = (op_in, 0.5)
-        parts[f"{prefix}.w2_output"] = (op_out, 1.0)
-        parts[f"{prefix}.fc1_output"] = (op_in, 1.0)
-        parts[f"{prefix}.fc2_output"] = (op_out, 1.0)
+        parts[f"{prefix}.w1_output"] = ((op_in, 0.5 if gated else 1.0),)
+        parts[f"{prefix}.w3_output"] = ((op_in, 0.5),)
+        parts[f"{prefix}.w2_output"] = ((op_out, 1.0),)
+        parts[f"{prefix}.fc1_output"] = ((op_in, 1.0),)
+        parts[f"{prefix}.fc2_output"] = ((op_out, 1.0),)
     return parts
 
 
@@ -3097,7 +3180,8 @@ def op_policy_rerun(ops: Sequence[Op], kind: BodyKind, geometry: Geometry) -> tu
     the ops its policy marks MUST_SAVE are taken from the forward: the save list's
     attention kernels and reduce-scatters, the matmuls the memory rules save
     (`ppb_core.memory.frameworks.torchtitan.op_policy_saves`: every second `aten.mm` of the block
-    counted in forward order, wq 1, wk 2, wv 3, wo 4, w1 5, w3 6, w2 7 in a Llama block; a linear
+    counted in forward order, wq 1, wk 2, wv 3, wo 4, w1 5, w3 6, w2 7 in a Llama block, wqkv 1, wo 2,
+    w1 3, w3 4, w2 5 where the run's commit fuses the projections (`OpGeometry.fused_qkv`); a linear
     with a bias, `aten.addmm`, neither), and the expert all-to-alls where the model's list holds
     `all_to_all_single` (`saves_all_to_all`: DeepSeek-V3, not Qwen3). Everything else runs again:
     the rest of the matmuls (an op of ppb's table cut to its recomputed share, `_policy_op_parts`),
@@ -3108,8 +3192,8 @@ def op_policy_rerun(ops: Sequence[Op], kind: BodyKind, geometry: Geometry) -> tu
     parts = _policy_op_parts(kind)
     for name, saved in op_policy_saves(kind, geometry).items():
         if saved:
-            op_name, share = parts[name]
-            saved_share[op_name] = saved_share.get(op_name, 0.0) + share
+            for op_name, share in parts[name]:
+                saved_share[op_name] = saved_share.get(op_name, 0.0) + share
     keeps_all_to_all = isinstance(kind.mlp, Moe) and saves_all_to_all(kind)
     rerun: list[Op] = []
     for op in ops:

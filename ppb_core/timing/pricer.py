@@ -460,11 +460,12 @@ class TimeModel:
 
     def _titan_input_share(self, op: Op) -> float:
         """The op's share of its input's Float8 cast and copy: its columns of the fused GEMM where the linears
-        reading one tensor share them (compiled: CSE; Float8 TP: `PrepareFloat8ModuleInput`), else its own,
-        one for each separate linear it holds (`Op.linears`: eager, wq and wk each cast the input,
-        `Float8Linear.forward` a module each)."""
+        reading one tensor share them (compiled: CSE; Float8 TP: `PrepareFloat8ModuleInput`) or one linear
+        holds them (torchtitan main's wqkv, `OpGeometry.fused_qkv`: one `Float8Linear`), else its own, one for
+        each separate linear it holds (`Op.linears`: eager, wq and wk each cast the input, `Float8Linear.forward`
+        a module each)."""
         _, _, n, _, fused = op.gemm
-        shared = self.run.timing.torch_compile or op.name in self._float8_gathered
+        shared = self.run.timing.torch_compile or op.name in self._float8_gathered or not op.linears
         return n / fused if shared else float(max(1, len(op.linears)))
 
     def _titan_wgrad_copies(self, op: Op) -> float:
@@ -503,8 +504,8 @@ class TimeModel:
         all-gathers it in FP8 (`_te_sp_ops`): the pass runs on 1/tp of the rows, and a per-tensor
         transpose is made after the gather from the FP8 data (`_create_transpose` / `update_usage`: read
         and write a byte) over all of them."""
-        if self.run.timing.matmul_dtype != "fp8" or not op.fp8:
-            return 0.0
+        if self.run.timing.matmul_dtype != "fp8" or not op.fp8 or op.prequantized[gradient]:
+            return 0.0  # (prequantized: the kernel before wrote it quantized, `ppb_core.timing.fused_experts`)
         if self.run.framework == "torchtitan":
             return self._titan_cast_bytes(op, gradient)
         read = self.run.training.dtype_bytes
@@ -736,7 +737,7 @@ class TimeModel:
         runs only under Megatron's `moe_use_grouped_tensor`). A batched product of activations (no
         weights) is one strided-batched kernel."""
         te = self.run.framework == "megatron" and self.run.timing.transformer_impl == "transformer_engine"
-        if not te or op.sequential or not op.weight_elements or groups <= 1:
+        if not te or op.sequential or op.persistent_grouped or not op.weight_elements or groups <= 1:
             return 0
         return -(-groups // TE_COMPUTE_STREAMS) - 1
 

@@ -226,7 +226,10 @@ Each rule names the file and function it follows; docs/frameworks.md tabulates t
   the output projection saves as its input, while flash-attn's `FlashAttnFunc.forward` (Dao-AILab/
   flash-attention flash_attn/flash_attn_interface.py, 00530025) saves its own bshd `out_padded`. cuDNN's
   `FusedAttention` (sm90 on) returns a view of the output it saved. So on sm80 a layer keeps the attention's
-  output twice (`flash2_output_terms`). Under ring CP the same: `attn_forward_func_with_cp` is called with
+  output twice (`flash2_output_terms`), but for a micro-batch of one sequence: `[1, s, hd]` transposed to
+  `[s, 1, hd]` is contiguous (PyTorch's contiguity check skips size-1 dimensions, c10 TensorImpl
+  `compute_contiguous`), so `.contiguous()` returns flash-attn's own output and the projection saves that
+  one. Under ring CP the same: `attn_forward_func_with_cp` is called with
   `qkv_format="bshd"`, `AttnFuncWithCPAndKVP2P` saves the bshd `out_f16` it returns (context_parallel.py),
   and TE makes the same sbhd copy. Not under Ulysses CP. Under MLA (`head_dim_qk != head_dim_v`) TE's
   `DotProductAttention.forward` (dot_product_attention.py, d0067d0d) runs flash-attn 2 (`get_attention_backend`,
@@ -491,7 +494,8 @@ def rotary_terms(kind: BodyKind, setup: MemorySetup, prefix: str = "") -> tuple[
 def flash2_output_terms(kind: BodyKind, setup: MemorySetup, prefix: str = "") -> tuple[ActivationTerm, ...]:
     """The second copy of the attention's output that flash-attn 2 keeps under Transformer Engine on sm80
     (module docstring, **Flash-attn 2 keeps its own output**): `[b, s, heads/t, d]` in the activations'
-    dtype, beside the sbhd copy the output projection keeps (`attention.core_output`); under ring CP the ring
+    dtype, beside the sbhd copy the output projection keeps (`attention.core_output`); none at micro-batch 1,
+    where that copy is flash-attn's output itself (but under MLA's trim or hierarchical CP); under ring CP the ring
     saves its bshd output and TE copies it the same way (this rank's s/cp queries). Not under Ulysses CP (its
     all-to-all hands back another tensor). Under MLA flash-attn runs at the padded head dimension (module
     docstring): its output is that wide, and the zeros padding q, k or v are kept too
@@ -505,7 +509,18 @@ def flash2_output_terms(kind: BodyKind, setup: MemorySetup, prefix: str = "") ->
     att = kind.attention
     rows = setup.tokens * per_rank(att.num_heads, setup.tp)
     padded = max(att.q_head_dim, att.value_head_dim)
-    terms = (ActivationTerm(f"{prefix}attention.flash_output", "softmax", rows * padded, setup.dtype_bytes),)
+    # One sequence a micro-batch: `output.view(1, s, -1).transpose(0, 1)` is already contiguous (PyTorch's
+    # contiguity check skips size-1 dimensions), so TE's `.contiguous()` hands the projection flash-attn's own
+    # output (module docstring): no second copy, unless `_trim_output` narrows a padded one (MLA) or the ring
+    # saved another tensor than it returned (hierarchical CP).
+    one_tensor = (
+        setup.micro_batch_size == 1
+        and padded == att.value_head_dim
+        and not (setup.cp > 1 and setup.cp_variant == "hierarchical")
+    )
+    terms: tuple[ActivationTerm, ...] = ()
+    if not one_tensor:
+        terms = (ActivationTerm(f"{prefix}attention.flash_output", "softmax", rows * padded, setup.dtype_bytes),)
     pad = 2 * (padded - att.q_head_dim) + padded - att.value_head_dim  # q and k, v; MLA's heads are not grouped
     if pad:
         terms += (ActivationTerm(f"{prefix}attention.flash_padding", "softmax", rows * pad, setup.dtype_bytes),)

@@ -97,6 +97,21 @@ Each rule names the file and function it follows; docs/frameworks.md tabulates t
   grad_output` with `grad_input = zeros_like(x)`: zeros, the sum and the product (the exp freed
   before the product) next to the kept log-probabilities, 12 bytes a logit (measured on the CPU:
   tests/test_census_torchtitan.py), above the forward's 10 (bf16 logits, copy, shifted).
+* **The loss's free hole** (what the caching allocator reserves beyond the allocated peak,
+  `ppb_core.memory.reserved`): the eager loss's large buffers are laid out in the compute stream's segment
+  in the order they are made, each past the last (no free block fits them: the allocator's best fit, then
+  pages mapped after the segment's last block, c10/cuda/CUDACachingAllocator.cpp `get_free_block`,
+  `find_expandable_block`): the 16-bit logits, their fp32 copy, the log-probabilities. train.py deletes the
+  logits and the copy dies with `loss_fn`, leaving one free block of `(bc + 4)` bytes a logit below the kept
+  log-probabilities. The backward's first fp32 buffer (`nll_loss`'s zeros) takes its start (a split block
+  keeps its start), and the second (`log_softmax`'s gradient) fits neither the `bc` bytes a logit left nor
+  the allocated block before the unmapped pages, so it is mapped past the log-probabilities: `bc` bytes a
+  logit stay free and reserved at the allocated peak. Under TP's `loss_parallel` (torch 2.13
+  distributed/tensor/parallel/loss.py `_log_softmax`, `_nll_loss_and_log_softmax_backward`) the same order
+  leaves the same: `shifted` under the result (which takes `exp`'s freed block), a free block of `(bc + 8)`
+  bytes a logit, the zeros and `exp(x)` taking 8 of it, their sum mapped on top. Under PP the pipeline keeps
+  the logits, and the freed copy fits the first buffer exactly: nothing is left. Compiled, the loss keeps
+  the logits: not derived, 0.
 * **torch.compile** (`timing.torch_compile`: llama3/infra/parallelize.py `apply_compile`, each block
   `torch.compile(block, fullgraph=True)` after the AC wrapper; `timing.compiled_loss`: components/
   loss.py `build_cross_entropy_loss` when `compile.components` holds `loss`, v0.2.2's default):
@@ -188,13 +203,22 @@ def _attention_ops(kind: BodyKind, setup: Geometry) -> list[tuple[str, float, bo
     """The attention's matmuls and kernel in forward order: (name, output elements, with bias).
 
     GQA (llama3/qwen3 model.py `Attention.forward`): wq, wk, wv, the kernel, wo; the qk norms of
-    Qwen3 run between them and are no matmuls. MLA (deepseek_v3/model/model.py `Attention.forward`):
+    Qwen3 run between them and are no matmuls. A commit with one wqkv (`Geometry.fused_qkv`): wqkv, the
+    kernel, wo. MLA (deepseek_v3/model/model.py `Attention.forward`):
     wq_a then wq_b (or wq without a query LoRA), wkv_a, wkv_b, the kernel, wo. Under TP (torchtitan's
     DeepSeek-V3 plan) the down-projections wq_a and wkv_a are not sharded; the rest are by heads.
     """
     att, tokens = kind.attention, setup.tokens
     heads = per_rank(att.num_heads, setup.tp)
     out = ("attention.wo_output", tokens * kind.hidden_size, att.out_bias)
+    if not att.is_mla and setup.fused_qkv:
+        # torchtitan's main from 3396a4b37 (models/common/attention.py `FusedQKVLinear`): one wqkv linear
+        kv = kv_heads_per_rank(att.num_kv_heads, setup.tp)
+        return [
+            ("attention.wqkv_output", tokens * (heads + 2 * kv) * att.head_dim, att.qkv_bias),
+            (_SDPA, 0.0, False),
+            out,
+        ]
     if not att.is_mla:
         kv = kv_heads_per_rank(att.num_kv_heads, setup.tp)
         return [
@@ -539,6 +563,13 @@ class TorchtitanRules(FrameworkRules):
         if fsdp(setup):
             extra += setup.dtype_bytes * params.total  # norm and output layer gathered, not resharded
         return extra
+
+    def loss_hole_bytes(self, kind: TailKind, setup: MemorySetup) -> float:
+        """What the eager loss without PP leaves free, but reserved, below its fp32 buffers as its backward
+        peaks: the 16-bit logits' bytes (module docstring, **The loss's free hole**); 0 compiled or under PP."""
+        if setup.pp > 1 or compiled_loss(setup) or not kind.has_output:
+            return 0.0
+        return setup.dtype_bytes * setup.tokens * per_rank(kind.vocab_size, setup.tp)
 
 
 def _root_units(setup: MemorySetup) -> tuple[LayerParams, LayerParams, LayerParams] | None:
