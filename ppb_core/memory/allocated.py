@@ -44,7 +44,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
-from ppb_core.memory.frameworks.flex_buffers import deepep_buffer_bytes, hybridep_buffer_bytes
+from ppb_core.memory.frameworks.flex_buffers import flex_buffer_bytes
 from ppb_core.memory.graphs import graphed_layers
 from ppb_core.memory.model import MemoryModel
 from ppb_core.memory.peak import ADAM_MOMENT_BYTES, StagePeak, configured_options
@@ -100,7 +100,7 @@ def uncounted_bytes(memory: MemoryModel, layer_walk: LayerWalk, stage: int) -> f
     if memory.run.framework != "megatron":
         return 0.0
     kinds = {layer.kind for layer in layer_walk if layer.stage == stage}
-    return hybridep_buffer_bytes(memory.setup, kinds) + deepep_buffer_bytes(memory.setup, kinds)
+    return flex_buffer_bytes(memory.setup, kinds)
 
 
 def allocated_peak_bytes(memory: MemoryModel, layer_walk: LayerWalk, peak: StagePeak) -> float | None:

@@ -114,6 +114,12 @@ def deepep_buffer_bytes(setup: MemorySetup, kinds: Collection[LayerKind]) -> flo
     return float(_to_128(nvl) + _to_128(rdma))
 
 
+def flex_buffer_bytes(setup: MemorySetup, kinds: Collection[LayerKind]) -> float:
+    """One rank's flex-dispatcher buffers, whichever backend registers them: one sum for the workspace that
+    holds them and for what PyTorch's allocator never counts (`ppb_core.memory.allocated.uncounted_bytes`)."""
+    return hybridep_buffer_bytes(setup, kinds) + deepep_buffer_bytes(setup, kinds)
+
+
 def _to_128(size: int) -> int:
     return -(-size // 128) * 128
 

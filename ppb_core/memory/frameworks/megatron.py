@@ -285,7 +285,7 @@ from ppb_core.memory.activations import INDEX_BYTES, STATS_BYTES, ActivationTerm
 from ppb_core.memory.buffers import BufferTerm, state_buffers
 from ppb_core.memory.frameworks.base import FULL_UNIT, FrameworkRules
 from ppb_core.memory.frameworks.dummy_wgrad import dummy_wgrad_bytes
-from ppb_core.memory.frameworks.flex_buffers import deepep_buffer_bytes, hybridep_buffer_bytes
+from ppb_core.memory.frameworks.flex_buffers import flex_buffer_bytes
 from ppb_core.memory.frameworks.layer_wise import extra_state_bytes
 from ppb_core.memory.frameworks.megatron_fsdp import backward_working_bytes, preserved_bytes
 from ppb_core.memory.frameworks.muon import MUON_SAVING_BYTES, matrix_params
@@ -854,8 +854,7 @@ class MegatronRules(FrameworkRules):
             elif experts:  # the router's GEMM runs on TE wherever TE is installed (module docstring)
                 found += te_workspace
             found += dummy_wgrad_bytes(setup, kinds)  # TE's cached dummy wgrads (dummy_wgrad.py)
-        flex = hybridep_buffer_bytes(setup, kinds) + deepep_buffer_bytes(setup, kinds)
-        return found + global_buffer_bytes(setup, kinds) + flex
+        return found + global_buffer_bytes(setup, kinds) + flex_buffer_bytes(setup, kinds)
 
     def stage_static_bytes(self, setup: MemorySetup, layers: Collection[tuple[LayerKind, int]]) -> float:
         """The layer-wise distributed optimizer's legacy ping-pong of whole parameters (`layer_wise.py`): the
