@@ -2048,7 +2048,7 @@ def moe_ops(kind: BodyKind, moe: Moe, geo: OpGeometry, p: str = "") -> list[Op]:
         # local pass before the combine sends (`ppb_core.timing.flex`); NCCL EP's kernels read the rows
         permute_pass = 0.0
         unpermute_pass = local_pass if geo.dispatcher == "hybridep" else 0.0
-    routing_map = 0.0  # HybridEP's routing maps gathered over its group, bytes a rank (below)
+    routing_map_bytes = 0.0  # HybridEP's routing maps gathered over its group, bytes a rank (below)
     if geo.dispatcher == "hybridep":
         # HybridEP's metadata scan (preprocessing, forward only) and, unfused, its own permute kernel, whose
         # backward is the unpermute in `combine_with_unpermute` (csrc/hybrid_ep/hybrid_ep.cu)
@@ -2060,7 +2060,7 @@ def moe_ops(kind: BodyKind, moe: Moe, geo: OpGeometry, p: str = "") -> list[Op]:
         # each peer's buffer, `ONE_SHOT`; NCCL's `all_gather_into_tensor` across domains): one bool a
         # token and expert of the map `MoEFlexTokenDispatcher._initialize_metadata` expands over expert TP,
         # gathered over expert TP × EP, read once by the scan
-        routing_map = geo.tokens / geo.tp * experts * geo.etp * geo.etp * geo.ep
+        routing_map_bytes = geo.tokens / geo.tp * experts * geo.etp * BOOL_BYTES * geo.etp * geo.ep
         if geo.router_bytes != STATS_BYTES:  # HybridEP takes fp32 probabilities: `_HybridEPManager.dispatch`
             # casts them (`self.token_probs.float()`, 0d8e0714cd and core_v0.17.0), its gradient cast back
             permute_launches = (permute_launches[0] + 1.0, permute_launches[1] + 1.0)
@@ -2077,14 +2077,14 @@ def moe_ops(kind: BodyKind, moe: Moe, geo: OpGeometry, p: str = "") -> list[Op]:
                 syncs=1,
             )
         )
-    if routing_map and geo.ep * geo.etp > 1:
+    if routing_map_bytes and geo.ep * geo.etp > 1:
         ops.append(
             Op(
                 p + "dispatch_map",
                 block,
                 COMM,
                 inputs=(p + "router_topk",),
-                forward_comm=Collective(ALL_GATHER, "tp_ep", routing_map, "ep", method=ONE_SHOT),
+                forward_comm=Collective(ALL_GATHER, "tp_ep", routing_map_bytes, "ep", method=ONE_SHOT),
             )
         )
     ops.append(
@@ -2092,7 +2092,7 @@ def moe_ops(kind: BodyKind, moe: Moe, geo: OpGeometry, p: str = "") -> list[Op]:
             _elementwise(
                 p + "permute",
                 block,
-                permute_pass + sort + routing_map,
+                permute_pass + sort + routing_map_bytes,
                 unpermute_pass + sort,
                 inputs=(norm, p + "router_topk"),
             ),
