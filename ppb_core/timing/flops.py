@@ -1910,7 +1910,7 @@ def _fused_grouped_mlp(ops: list[Op], geo: OpGeometry, rows: float, width: int, 
     kernel of its own. The epilogues' bytes join their GEMM's traffic (its HBM floor; `backward_bytes` holds both
     backward halves, each floored at half of it); each GEMM one persistent kernel over the experts."""
     probs = expert_probs_bytes(geo)
-    fused = []
+    fused: list[Op] = []
     for op in ops:
         if op.name == p + "experts_clamp":
             continue

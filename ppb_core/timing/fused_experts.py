@@ -51,7 +51,7 @@ def glu_epilogue_bytes(rows: float, width: float, probs_bytes: float) -> float:
 
 def dglu_epilogue_bytes(rows: float, width: float, probs_bytes: float, dtype_bytes: float) -> float:
     """HBM bytes the dGLU epilogue adds to fc2's input-gradient GEMM: the saved 16-bit pre-activation read
-    (2·*width* an row), fc1's output gradient written quantized both ways (2·*width* elements, two bytes each),
+    (2·*width* a row), fc1's output gradient written quantized both ways (2·*width* elements, two bytes each),
     the probabilities read and their gradient written; less the 16-bit fc2 input gradient it never writes
     (*width* elements a row, which the GEMM's own traffic counts)."""
     pre_activation = rows * 2 * width * dtype_bytes
