@@ -585,10 +585,10 @@ def _fused_qkv_split(geo: OpGeometry, rows: float, width: float, value: bool) ->
     gradients straight into the cat's slices: nothing more for Q and K. V's copy is a read and a write of V
     (the attention kernel takes a realized V), and V's gradient, the attention backward's own output, is read
     and written into its slice."""
-    elements = rows * width * geo.dtype_bytes
+    part_bytes = rows * width * geo.dtype_bytes
     if geo.eager:
-        return 2 * elements, 2 * elements
-    return (2 * elements, 2 * elements) if value else (0.0, 0.0)
+        return 2 * part_bytes, 2 * part_bytes
+    return (2 * part_bytes, 2 * part_bytes) if value else (0.0, 0.0)
 
 
 def _shared_input_sums(geo: OpGeometry, rows: float, width: float, linears: int = 2) -> tuple[float, float]:
