@@ -735,7 +735,8 @@ class TimeModel:
         multi_stream.cpp `get_num_compute_streams`: 4), so ceil(groups / 4) − 1 more fixed times: the
         default path (`general_grouped_gemm`; TE's cuBLASLt grouped-tensor GEMM, f8bda5d0a of May 2026,
         runs only under Megatron's `moe_use_grouped_tensor`). A batched product of activations (no
-        weights) is one strided-batched kernel."""
+        weights) is one strided-batched kernel; TE's fused grouped MLP one persistent kernel over every
+        expert (`Op.persistent_grouped`): no rounds either."""
         te = self.run.framework == "megatron" and self.run.timing.transformer_impl == "transformer_engine"
         if not te or op.sequential or op.persistent_grouped or not op.weight_elements or groups <= 1:
             return 0
