@@ -549,12 +549,14 @@ def _deepseek_v3_b200() -> dict[str, Any]:
     gpus, gbs = 256, 2048
     label = "DeepSeekV3 MXFP8 PP16 EP8 (256 B200)"
     raw = _deepseek_v3_run(label, gpus, gbs, 1, {"pp": 16, "ep": 8}, _deepseek_layout(16, 4), "b200", ["mla_up_proj"])
+    # models/deepseek/deepseek_provider.py (v0.2.0) `DeepSeekProvider.moe_shared_expert_overlap = True`, which only
+    # the flex backends (training/flex_dispatcher_backend.py) and moe_a2a_overlap (utils/helpers.py) clear
+    raw["timing"]["moe_shared_expert_overlap"] = True
     tps = 2139.0
     return {
         **_row(label, raw, gpus, gbs, tps, ()),
         "assumptions": (
             *_DEEPSEEK_ASSUMPTIONS,
-            "the shared expert on the compute stream (moe_shared_expert_overlap not modelled)",
             _BF16_MOMENTS,
         ),
     }

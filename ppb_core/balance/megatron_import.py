@@ -1154,6 +1154,8 @@ def _flex_dispatcher(args: _Args, dispatcher: str | None, notes: list[str]) -> d
             out[word] = True
         elif args.has(flag):  # read by `_HybridEPManager` alone
             notes.append(f"{flag}: read by the hybridep flex backend only, not by {out['moe_dispatcher']}")
+    if args.has("--moe-shared-expert-overlap"):  # the shared experts' side stream (`ppb_core.timing.shared_overlap`)
+        out["moe_shared_expert_overlap"] = True
     sms = args.integer("--moe-flex-dispatcher-num-sms")
     # the deprecated per-backend knobs are routed to it where it is unset; two different ones are refused
     deprecated = {flag: args.integer(flag) for flag in ("--moe-deepep-num-sms", "--moe-hybridep-num-sms")}

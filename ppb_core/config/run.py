@@ -830,6 +830,12 @@ class TimingOptions(StrictModel):
         "permutation inside its dispatch) or ncclep (NCCL EP through Transformer Engine, HybridEP's "
         "hierarchy; the permutation inside its dispatch)",
     )
+    moe_shared_expert_overlap: bool = Field(
+        False,
+        description="Megatron's --moe-shared-expert-overlap (alltoall or flex moe_dispatcher): the shared experts "
+        "run on a side stream, their FC1 beside the dispatch's all-to-all and their FC2 beside the combine's, "
+        "forward and backward",
+    )
     moe_permute_fusion_into_hybridep: bool = Field(
         False,
         description="Megatron's --moe-permute-fusion-into-hybridep (moe_dispatcher hybridep): the permutation "
@@ -2304,6 +2310,7 @@ def _check_run(run: RunConfig, where: str) -> None:
             where, "timing.moe_dispatcher", "allgather is Megatron-Core's token dispatcher: set framework megatron"
         )
     _check_flex(run, where)
+    _check_shared_overlap(run, where)
     plain_mla = [name for name, spec in run.specs.items() if isinstance(spec, ModelSpec) and not spec.mla_latent_norms]
     if plain_mla and run.framework != "megatron":  # torchtitan's and MindFormers' MLA norm their latents
         said = "mla_latent_norms false is Megatron's MLA without --qk-layernorm: set framework megatron"
@@ -2548,6 +2555,28 @@ def _check_flex(run: RunConfig, where: str) -> None:
         # DeepEP hybrid-ep 94a9f8f csrc/hybrid_ep/config.cuh `Configurer`: assert(sm_count >= sms_dispatch)
         said = f"{sms} is more than the device's {run.device.profile().sm_count} SMs (HybridEP asserts it)"
         raise InputError(where, "timing.moe_flex_dispatcher_num_sms", said)
+
+
+def _check_shared_overlap(run: RunConfig, where: str) -> None:
+    """What Megatron-Core refuses of `--moe-shared-expert-overlap` for a model with shared experts
+    (transformer_config.py `TransformerConfig.__post_init__`, at d98e8a64), each in one line."""
+    if not run.timing.moe_shared_expert_overlap:
+        return
+    field = "timing.moe_shared_expert_overlap"
+    shared = any(not run.is_vision(name) and run.spec(name).shared_experts for name in run.model_names)
+    problem = None
+    if run.framework != "megatron":
+        problem = "is Megatron-Core's shared-expert side stream: set framework megatron"
+    elif not shared:
+        return
+    elif run.timing.moe_dispatcher == "allgather":
+        problem = "only works with the alltoall or flex token dispatcher, not allgather (timing.moe_dispatcher)"
+    elif "shared_experts" in run.recompute.modules:
+        problem = "cannot work with the recompute module shared_experts"
+    elif run.parallel.overlap_moe_expert_parallel_comm:
+        problem = "is refused with parallel.overlap_moe_expert_parallel_comm"
+    if problem is not None:
+        raise InputError(where, field, problem)
 
 
 def _check_combined_1f1b(run: RunConfig, where: str) -> None:

@@ -63,6 +63,7 @@ from ppb_core.timing.launches import (
 )
 from ppb_core.timing.nan_fill import deterministic_fill_bytes
 from ppb_core.timing.ring import exposed_exchanges_s, ring_attention_s
+from ppb_core.timing.shared_overlap import beside
 from ppb_core.timing.symm_mem import fused_exposed_s
 from ppb_core.timing.userbuffers import (
     PIPELINE,
@@ -1068,8 +1069,29 @@ class TimeModel:
                     forward = again = self._phase_s(op, "forward") + self.kernels.memory_s(fill_forward)
                     backward = self._phase_s(op, "backward") + self.kernels.memory_s(fill_backward)
                 prices[op.name] = OpPrice(forward * 1e3, backward * 1e3, again * 1e3)
+            if self.run.framework == "megatron" and self.run.timing.moe_shared_expert_overlap:
+                self._shared_beside(by_name, prices)
             self._prices[key] = prices
         return prices
+
+    def _shared_beside(self, by_name: Mapping[str, Op], prices: dict[str, OpPrice]) -> None:
+        """Megatron's --moe-shared-expert-overlap (`ppb_core.timing.shared_overlap`): each expert all-to-all's
+        priced (exposed) seconds run beside its side of the shared experts, each way, as any collective beside
+        compute (`_beside_s`, its whole beside): the all-to-all keeps max(0, its seconds − the side's) and the
+        contention's share of the part hidden; the shared ops keep their prices. A recomputed forward reruns
+        both (Megatron refuses the shared_experts module with the flag; full and moe recompute rerun the
+        whole MoE layer): it saves what the forward does."""
+        for name, side in beside(by_name.values()).items():
+            op, price = by_name[name], prices[name]
+            forward, backward = price.forward_ms / 1e3, price.backward_ms / 1e3
+            if op.forward_comm is not None:
+                partner = sum(prices[other].forward_ms for other in side) / 1e3
+                forward = self._beside_s(forward, 1.0, partner, op.forward_comm)
+            if op.backward_comm is not None:
+                partner = sum(prices[other].backward_ms for other in side) / 1e3
+                backward = self._beside_s(backward, 1.0, partner, op.backward_comm)
+            again = max(0.0, price.recompute_ms - (price.forward_ms - forward * 1e3))
+            prices[name] = OpPrice(forward * 1e3, backward * 1e3, again)
 
     # States and switches -------------------------------------------------------------------------
 
@@ -1235,6 +1257,7 @@ class TimeModel:
                         launches,
                         modules,
                         run.timing.gradient_accumulation_fusion,
+                        shared_overlap=run.timing.moe_shared_expert_overlap,
                         dispatcher=run.timing.moe_dispatcher,
                     )
                 parts = self.parts(layer, state, switches)
