@@ -1120,7 +1120,8 @@ FLEX_BACKENDS = ("deepep", "hybridep", "ncclep")
 
 
 def _flex_dispatcher(args: _Args, dispatcher: str | None, notes: list[str]) -> dict[str, Any]:
-    """The token dispatcher and, under flex, its backend and the words only the backends read
+    """The token dispatcher, the shared experts' overlap (`--moe-shared-expert-overlap`) and, under flex, its backend
+    and the words only the backends read
     (transformer_config.py `TransformerConfig.__post_init__` and token_dispatcher.py `MoEFlexTokenDispatcher`,
     d98e8a64); what Megatron-Core refuses, refused in one line."""
     backend = args.text("--moe-flex-dispatcher-backend", "deepep")
