@@ -1304,6 +1304,20 @@ def _ub_sm_margin(entries: dict[str, Any], methods: dict[str, str], notes: list[
     return None
 
 
+# Megatron-LM's flags of TE's fused grouped MLP (arguments.py, d98e8a64), read only where it runs (`_op_fuser`):
+# elsewhere said as not modelled, never as a typo (--moe-expert-rank-capacity-factor is within TYPO_SIMILARITY of
+# --moe-expert-capacity-factor, 0.92)
+FUSED_EXPERT_FLAGS = frozenset(
+    {
+        "--moe-mlp-glu-interleave-size",
+        "--moe-expert-rank-capacity-factor",
+        "--moe-paged-stash",
+        "--moe-paged-stash-buffer-size-factor-cuda",
+        "--moe-paged-stash-buffer-size-factor-cpu",
+    }
+)
+
+
 def _op_fuser(args: _Args, device: str, variables: dict[str, str]) -> dict[str, Any]:
     """`--use-transformer-engine-op-fuser` (Megatron-LM d98e8a64, TE d0067d0d) builds the dense MLP as
     `TEFusedMLP` and the grouped experts' MLP as one `te.pytorch.ops.Sequential` of `GroupedLinear`,
@@ -1356,8 +1370,10 @@ def _unmodelled(args: _Args) -> list[str]:
         # a flag a letter off one ppb carries is likelier a typo, which Megatron-LM's parser refuses
         # (arguments.py: ArgumentParser(allow_abbrev=False), parse_args), than a flag of its own
         near = difflib.get_close_matches(flag, sorted(MODELLED | args.read), 1, TYPO_SIMILARITY)
-        typo = f"; a typo of {near[0]}? Megatron-LM refuses a flag it does not have" if near else ""
-        lines.append(f"{flag}{value}: not modelled by ppb (priced as if not given){typo}")
+        why = f"; a typo of {near[0]}? Megatron-LM refuses a flag it does not have" if near else ""
+        if flag in FUSED_EXPERT_FLAGS:
+            why = "; read where TE's fused grouped MLP runs (MXFP8 on sm100, NVTE_CUTEDSL_FUSED_GROUPED_MLP=1)"
+        lines.append(f"{flag}{value}: not modelled by ppb (priced as if not given){why}")
     return lines
 
 
