@@ -80,6 +80,7 @@ from ppb_core.balance.megatron_vocabulary import (
     BIAS_FUSIONS,
     CHOICES,
     FIELD_FLAGS,
+    FUSED_EXPERT_FLAGS,
     MODELLED,
     NO_BEARING,
     NO_BEARING_PREFIXES,
@@ -1302,20 +1303,6 @@ def _ub_sm_margin(entries: dict[str, Any], methods: dict[str, str], notes: list[
         return False
     notes.append("--tp-comm-overlap-cfg: set_sm_margin off for some bulk or pipeline GEMMs only, priced on")
     return None
-
-
-# Megatron-LM's flags of TE's fused grouped MLP (arguments.py, d98e8a64), read only where it runs (`_op_fuser`):
-# elsewhere said as not modelled, never as a typo (--moe-expert-rank-capacity-factor is within TYPO_SIMILARITY of
-# --moe-expert-capacity-factor, 0.92)
-FUSED_EXPERT_FLAGS = frozenset(
-    {
-        "--moe-mlp-glu-interleave-size",
-        "--moe-expert-rank-capacity-factor",
-        "--moe-paged-stash",
-        "--moe-paged-stash-buffer-size-factor-cuda",
-        "--moe-paged-stash-buffer-size-factor-cpu",
-    }
-)
 
 
 def _op_fuser(args: _Args, device: str, variables: dict[str, str]) -> dict[str, Any]:
