@@ -753,6 +753,22 @@ COMPILED_9DEC370: dict[str, Any] = {"torch_compile": True, "compile_loss": False
 TORCH_DEC2024: dict[str, Any] = {"pytorch": "2.6"}
 
 
+# Float8 as the December 2024 runs ran it (torchtitan 9dec370 torchtitan/float8.py `Float8Handler`, torchao eab345c):
+# tensorwise dynamic scaling, the only recipe of that code
+FLOAT8: dict[str, Any] = {"matmul_dtype": "fp8", "fp8_recipe": "tensorwise"}
+# 9dec370 train_configs/llama3_405b.toml [float8]: the all-gather in float8 and the scale precompute on
+FLOAT8_405B: dict[str, Any] = {**FLOAT8, "fp8_fsdp_all_gather": True, "fp8_precompute_scale": True}
+FLOAT8_9DEC370 = "Float8 with FSDP's bf16 all-gather (9dec370 config_manager.py's default; the file names no flag)"
+FLOAT8_405B_SAID = "Float8 with FSDP's float8 all-gather and scale precompute (9dec370 train_configs/llama3_405b.toml)"
+# torchao eab345c float8_linear.py `manual_float8_matmul_with_args_in_float8.forward` saves the float8 input and
+# weight copies (`ctx.save_for_backward(input_fp8, weight_fp8_t)`; 2ec9bc15d, 2025-01-13, saves the bf16 ones);
+# inside a checkpointed block they are recomputed in its backward and freed linear by linear
+FLOAT8_CAST_COPIES = (
+    "Float8Linear's float8 input and weight copies (torchao eab345c) not priced: recomputed in the block's "
+    "backward, at its end only the last linear's (wq: 16 MiB at 8B, 32 MiB at 405B TP8)"
+)
+
+
 def _torchtitan_rows() -> list[MeasuredPeak]:
     """Tables 1 and 3: each technique's row (eager; torch.compile; torch.compile and Float8)."""
     rows = []
@@ -763,7 +779,7 @@ def _torchtitan_rows() -> list[MeasuredPeak]:
             if technique:
                 raw["timing"] |= COMPILED_9DEC370
             if "Float8" in technique:
-                raw["timing"] |= {"matmul_dtype": "fp8", "fp8_recipe": "tensorwise"}
+                raw["timing"] |= FLOAT8
             rows.append(
                 MeasuredPeak(
                     f"torchtitan Llama 3.1 8B FSDP {gpus}{technique} (reserved)",
@@ -773,7 +789,7 @@ def _torchtitan_rows() -> list[MeasuredPeak]:
                     measured_gib=reserved,
                     allocated=False,
                     assumptions=(
-                        *(("Float8 not modelled in memory",) if "Float8" in technique else ()),
+                        *((FLOAT8_9DEC370, FLOAT8_CAST_COPIES) if "Float8" in technique else ()),
                         "9dec370's FSDP units (timing.fsdp_units root, bench/_public.py BEFORE_V022)",
                     ),
                 )
@@ -782,9 +798,13 @@ def _torchtitan_rows() -> list[MeasuredPeak]:
 
 
 def _torchtitan_scale_rows() -> list[MeasuredPeak]:
-    """Tables 2, 4, 5 and 6 (torch.compile of the blocks and Float8, which ppb's memory does not model;
-    full checkpointing; TP with sequence parallelism; PP's micro-batches default to the PP degree; the
-    largest rank)."""
+    """Tables 2, 4, 5 and 6 (torch.compile of the blocks and Float8; full checkpointing; TP with sequence
+    parallelism; PP's micro-batches default to the PP degree; the largest rank). The 405B runs' Float8 is
+    9dec370 train_configs/llama3_405b.toml's [float8]: enable_float8_linear, enable_fsdp_float8_all_gather and
+    precompute_float8_dynamic_scale_for_fsdp all true, so FSDP gathers the blocks' linear weights at a byte
+    (under PP they stay gathered through the step). The 8B and 70B tomls leave Float8 off: the tables turn it
+    on (`--float8.enable_float8_linear`) and name no other flag, so the all-gather is 9dec370 config_manager.py's
+    default, off (a `store_true` flag)."""
     sp = {"tp": 8, "sequence_parallel": True}
     cases = [
         (f"8B FSDP{dp} CP{cp} s{seq}", LLAMA31_8B, {"dp": dp, "cp": cp}, seq, 1, 1, gib, "Table 2")
@@ -803,13 +823,22 @@ def _torchtitan_scale_rows() -> list[MeasuredPeak]:
             f"{TORCHTITAN}, {table}",
             {
                 **torchtitan_run(name, spec, par, seq, batch // micro_batches, micro_batches, "full", TITAN_H100_96GB),
-                "timing": {**COMPILED_9DEC370, "fsdp_units": "root"},  # 9dec370 predates 83e694105's split units
+                # 9dec370 predates 83e694105's split units
+                "timing": {
+                    **COMPILED_9DEC370,
+                    "fsdp_units": "root",
+                    **(FLOAT8_405B if spec is LLAMA3_405B else FLOAT8),
+                },
                 "framework_release": dict(TORCH_DEC2024),
             },
             stage=None,
             measured_gib=gib,
             allocated=False,
-            assumptions=("Float8 (and async TP) not modelled in memory",),
+            assumptions=(
+                FLOAT8_405B_SAID if spec is LLAMA3_405B else FLOAT8_9DEC370,
+                FLOAT8_CAST_COPIES,
+                "async TP not modelled in memory",
+            ),
         )
         for name, spec, par, seq, batch, micro_batches, gib, table in cases
     ]

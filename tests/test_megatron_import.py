@@ -563,6 +563,10 @@ def test_the_op_fuser_runs_the_same_kernels_but_cute_dsls_fused_grouped_mlp() ->
     # elsewhere the stash's flags are not read: said, not priced
     plain = import_megatron(f"{moe} --moe-paged-stash", 8, "h100-80gb")
     assert "moe_paged_stash" not in plain.raw["timing"] and any("--moe-paged-stash" in note for note in plain.notes)
+    # the rank capacity is Megatron-LM's own flag (transformer_config.py moe_expert_rank_capacity_factor, d98e8a64),
+    # not a typo of --moe-expert-capacity-factor, which it comes within TYPO_SIMILARITY of (0.92)
+    rank = import_megatron(f"{moe} --moe-expert-rank-capacity-factor 1.5", 8, "h100-80gb").notes
+    assert len(rank) == 1 and "typo" not in rank[0] and "fused grouped MLP" in rank[0], rank
 
 
 def test_a_tp_comm_overlap_cfg_gives_the_userbuffers_methods(tmp_path, capsys) -> None:

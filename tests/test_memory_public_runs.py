@@ -219,3 +219,41 @@ def test_hybridep_s_buffers_are_not_counted_by_the_allocator(bench):
     memory, layer_walk = MemoryModel(run), walk(run)
     peak = run_stage_peaks(run, memory, layer_walk)[0]
     assert uncounted_bytes(memory, layer_walk, 0) == 0 and allocated_peak_bytes(memory, layer_walk, peak) is None
+
+
+def test_the_december_2024_float8_settings_are_the_tomls(bench):
+    # torchtitan 9dec370 train_configs/llama3_405b.toml [float8]: enable_float8_linear,
+    # enable_fsdp_float8_all_gather and precompute_float8_dynamic_scale_for_fsdp = true; llama3_8b.toml and
+    # llama3_70b.toml: enable_float8_linear = false, the tables' Float8 a flag (config_manager.py's
+    # --float8.enable_fsdp_float8_all_gather is a store_true flag: off unless named, and the file names none)
+    rows = [row for row in bench.measured_peaks() if row.source.startswith(bench.TORCHTITAN)]
+    assert len(rows) == 17  # Tables 1 and 3: 6; Table 2: 4; Table 4: 1; Table 5: 2; Table 6: 4
+    for row in rows:
+        timing = bench.config(row).timing
+        if "405B" in row.name:
+            assert (timing.matmul_dtype, timing.fp8_recipe) == ("fp8", "tensorwise"), row.name
+            assert timing.fp8_fsdp_all_gather and timing.fp8_precompute_scale, row.name
+        else:
+            assert not timing.fp8_fsdp_all_gather, row.name
+            float8 = "Float8" in row.name or "CP" in row.name or "70B" in row.name
+            assert (timing.matmul_dtype == "fp8") is float8, row.name
+
+
+def test_the_405b_stages_hold_their_blocks_linear_weights_at_a_byte(bench):
+    # Under PP FSDP2 keeps each block gathered through the step; with the float8 all-gather the gathered
+    # linear weights are torchao float8/fsdp_utils.py `fsdp_post_all_gather`'s float8 data, a byte an element
+    # (the norms stay bf16). Llama 3 405B's block per TP rank (8): wq and wo 16384², wk and wv 16384·1024
+    # (8 KV heads of 128), w1, w3, w2 16384·53248:
+    # (2·268,435,456 + 2·16,777,216 + 3·872,415,232) / 8 = 3,187,671,040 / 8 = 398,458,880 elements,
+    # so a byte less each: 398,458,880 bytes a block
+    row = next(row for row in bench.measured_peaks() if row.name.startswith("torchtitan 405B FSDP8 TP8 PP8 1f1b"))
+    held = {}
+    for gather in (True, False):
+        raw = {
+            **row.raw,
+            "timing": {**row.raw["timing"], "fp8_fsdp_all_gather": gather, "fp8_precompute_scale": gather},
+        }
+        run = bench.run_config(raw, row.name)
+        body = next(layer for layer in walk(run) if layer.node == "BODY")
+        held[gather] = MemoryModel(run).static_breakdown(body).held_through_step_bytes
+    assert held[False] - held[True] == 398_458_880

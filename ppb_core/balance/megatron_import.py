@@ -80,6 +80,7 @@ from ppb_core.balance.megatron_vocabulary import (
     BIAS_FUSIONS,
     CHOICES,
     FIELD_FLAGS,
+    FUSED_EXPERT_FLAGS,
     MODELLED,
     NO_BEARING,
     NO_BEARING_PREFIXES,
@@ -1359,8 +1360,10 @@ def _unmodelled(args: _Args) -> list[str]:
         # a flag a letter off one ppb carries is likelier a typo, which Megatron-LM's parser refuses
         # (arguments.py: ArgumentParser(allow_abbrev=False), parse_args), than a flag of its own
         near = difflib.get_close_matches(flag, sorted(MODELLED | args.read), 1, TYPO_SIMILARITY)
-        typo = f"; a typo of {near[0]}? Megatron-LM refuses a flag it does not have" if near else ""
-        lines.append(f"{flag}{value}: not modelled by ppb (priced as if not given){typo}")
+        why = f"; a typo of {near[0]}? Megatron-LM refuses a flag it does not have" if near else ""
+        if flag in FUSED_EXPERT_FLAGS:
+            why = "; read where TE's fused grouped MLP runs (MXFP8 on sm100, NVTE_CUTEDSL_FUSED_GROUPED_MLP=1)"
+        lines.append(f"{flag}{value}: not modelled by ppb (priced as if not given){why}")
     return lines
 
 

@@ -44,6 +44,18 @@ TYPO_SIMILARITY = 0.9
 # '--' name under megatron/ checked) that come within TYPO_SIMILARITY of a flag `ppb check --plan` reads:
 # read past there, not refused as typos
 NEAR_READ_FLAGS = frozenset({"--fp4-format", "--fp4-param-gather", "--megatron-fsdp-main-params-dtype"})
+# Megatron-LM's flags of TE's fused grouped MLP (TransformerConfig's fields, which arguments.py's
+# `ArgumentGroupFactory` makes flags, d98e8a64), read only where it runs (`megatron_import._op_fuser`): elsewhere
+# said as not modelled, never as a typo (--moe-expert-rank-capacity-factor is 0.92 like --moe-expert-capacity-factor)
+FUSED_EXPERT_FLAGS = frozenset(
+    {
+        "--moe-mlp-glu-interleave-size",
+        "--moe-expert-rank-capacity-factor",
+        "--moe-paged-stash",
+        "--moe-paged-stash-buffer-size-factor-cuda",
+        "--moe-paged-stash-buffer-size-factor-cpu",
+    }
+)
 NO_BEARING_PREFIXES = (
     "--log-", "--save-", "--eval-", "--lr-", "--adam-", "--ckpt-", "--dist-ckpt-", "--wandb-",
     "--tensorboard-", "--use-checkpoint-", "--inference-", "--async-", "--no-ckpt-", "--decoupled-",

@@ -288,7 +288,7 @@ def _check_sizes(document: dict[str, Any], problem: BalanceInput, run: RunConfig
                 where,
                 "parallel_config.context_parallel_algo",
                 f"{shown(algo)}, the run config has cp_variant {run.parallel.cp_variant} ({run_algo}"
-                f"{', the default' if run_algo == ring else ''}): ppb checks the plan at the run's",
+                f"{', the default' if run_algo == ring else ''}): ppb checks the plan at the run's context parallelism",
             )
         if run.parallel.tp > 1:  # MindFormers' sequence parallelism splits along model_parallel: none at 1
             said = parallel.get("use_seq_parallel")

@@ -175,9 +175,9 @@ def print_tables(result: Estimate) -> None:
             console.print(
                 f"stage {peak.stage}: torch's caching allocator reserves about {_mb(pools.total_bytes)} MB "
                 f"(torchtitan's reserved_bytes.all.peak; the run config's reserved memory aside): the compute "
-                f"stream {_mb(pools.compute_bytes)} (the loss's free hole {_mb(pools.loss_hole_bytes)} of it), "
-                f"FSDP2's all-gather copy-in {_mb(pools.copy_in_bytes)}, "
-                f"reduce-scatter {_mb(pools.reduce_scatter_bytes)}"
+                f"stream {_mb(pools.compute_bytes)} MB (the loss's free hole {_mb(pools.loss_hole_bytes)} MB of it), "
+                f"FSDP2's all-gather copy-in {_mb(pools.copy_in_bytes)} MB, "
+                f"reduce-scatter {_mb(pools.reduce_scatter_bytes)} MB"
             )
     print_memory_calibration(console, run)
     if result.stages_at_full:

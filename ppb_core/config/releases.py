@@ -406,8 +406,7 @@ def parse_release(library: str, value: str) -> Release:
         version = (int(match.group(1)), int(match.group(2)))
         if version in KNOWN_RELEASES[library]:
             return Release(version=version)
-    newest, day = NEWEST[library]
-    newest, day = UNSTATED.get(library, (newest, day))
+    newest, day = UNSTATED.get(library, NEWEST[library])  # what an unstated release is, named in the refusal
     if library == PYTORCH:
         raise ValueError(f"{text[:40]!r} is no PyTorch release ppb knows: give its version (e.g. {_EXAMPLE[library]}; "
                          f"unset: {newest})")  # fmt: skip

@@ -2061,7 +2061,10 @@ def _check_fused_experts(run: RunConfig, where: str) -> None:
         if timing.moe_dispatcher != "hybridep":
             raise InputError(where, field, "ppb prices the rank capacity under HybridEP (timing.moe_dispatcher)")
         if not fuser:
-            said = "with HybridEP needs the op fuser (use_transformer_engine_op_fuser), as Megatron-Core asserts"
+            said = (
+                "with HybridEP needs the op fuser (use_transformer_engine_op_fuser) here: Megatron-Core's other "
+                "path, moe_use_grouped_tensor, is not priced"
+            )
             raise InputError(where, field, said)
         if not run.framework_release.holds("mcore_paged_stash"):
             raise InputError(where, field, "is Megatron-Core's from core_v0.18.0 (2026-05-22)")
