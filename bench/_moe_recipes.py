@@ -9,7 +9,7 @@ GPUs, `qwen3_30b_flops` below). Priced: the four Qwen3-30B-A3B recipes ppb can s
 MXFP8 pairs on 32 H100 and 16 GB200:
 
 - qwen3_30b/h100/bf16_32GPU_TP1PP1EP8.yaml: TP 1, PP 1, EP 8, MBS 1, GBS 256, BF16, HybridEP (flex, its default
-  SMs: no `moe_flex_dispatcher_num_sms`), distributed optimizer with the gradient reduce-scatters and parameter
+  SMs: no `moe_flex_dispatcher_num_sms`, below), distributed optimizer with the gradient reduce-scatters and parameter
   gathers overlapped, no CUDA graphs: 234.1 TFLOP/s/GPU;
 - qwen3_30b/h100/fp8_32GPU_TP1PP1EP8.yaml: the same with FP8 blockwise (`fp8_recipe: blockwise`, FP8 parameter
   gathers), the precision-aware optimizer (BF16 moments, FP32 main gradients and parameters) and TE graphs of
@@ -26,7 +26,13 @@ experts of 768, top 8, no shared expert, untied embeddings, the vocabulary of 15
 router fusion, permute fusion, grouped GEMMs, the router in FP32, TE's fused cross-entropy, no attention mask from
 the data loader, `log_params_norm` and `log_num_zeros_in_grad`, the NaN check on (Megatron's default), an exit
 duration (230 min). Containers: nvcr.io/nvidia/pytorch:26.03-py3 with Transformer Engine release_v2.14 (the
-recipes' Dockerfiles); the branch's Megatron-Core at the index's commit (2026-06-15).
+recipes' Dockerfiles); the branch's Megatron-Core at the index's commit (2026-06-15). HybridEP as the Dockerfiles
+install it, deepseek-ai/DeepEP hybrid-ep 7febc6e, which Megatron constructs with no SM count and no all-gather
+switch (fused_a2a.py `init_hybrid_ep_buffer` passes only what is set): deep_ep/hybrid_ep_buffer.py
+`HybridEPBuffer.__init__` there takes 32 SMs for the dispatch and the combine inside one NVLink domain
+(`32 if self.num_of_nodes == 1 else 8`; ppb's unset default is 94a9f8f's 24, config.cuh `Configurer`) and
+`enable_custom_allgather=False`, so executor.cu `allgather_routing_map` gathers the routing maps with NCCL's
+`all_gather_into_tensor` (`timing.hybridep_custom_allgather` false).
 
 Also priced (`_paged_stash_row`): qwen3_30b/gb200/mxfp8_16GPU_TP1PP1EP16_paged_stash.yaml, 646.8: the MXFP8
 recipe without its TE graphs, with the op fuser (`use_transformer_engine_op_fuser`, a 32-wide GLU interleave,
@@ -96,7 +102,10 @@ def _recipe_run(label: str, device: str, gpus: int, ep: int, mbs: int, gbs: int,
     )
     timing = raw["timing"]
     timing.update(_flex("hybridep"))
-    timing.pop("moe_flex_dispatcher_num_sms")  # HybridEP's own default (the recipes set no SM count)
+    # the recipes set no SM count: HybridEP's own default at their DeepEP, hybrid-ep 7febc6e (module docstring),
+    # 32 inside one NVLink domain (every recipe's EP group is: 8 H100s of a node, 16 GB200s of one NVL72), and
+    # its default all-gather, NCCL's
+    timing.update(moe_flex_dispatcher_num_sms=32, hybridep_custom_allgather=False)
     if graphs:
         timing.update(_te_graphs("attn", *_ROUTER))
     overlapped = device != "gb200"  # the GB200 recipes set neither overlap_grad_reduce nor overlap_param_gather

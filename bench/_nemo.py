@@ -426,6 +426,12 @@ def _row(label: str, raw: dict[str, Any], gpus: int, gbs: int, tps: float, assum
     }
 
 
+# The 25.11 container's HybridEP gathers the routing maps with NCCL: deepseek-ai/DeepEP hybrid-ep before a484936
+# (2026-01-20, "Add custom AG"; 3d4a884 of 2025-12-05 the last without it) calls
+# `torch.distributed.all_gather_into_tensor` in deep_ep/hybrid_ep_buffer.py `dispatch`, and NeMo 25.11's stack
+# (Megatron-Core 0d8e0714cd, 2025-11-17) predates that commit (`timing.hybridep_custom_allgather`).
+HYBRIDEP_BEFORE_CUSTOM_ALLGATHER = {"hybridep_custom_allgather": False}
+
 # The rows whose recipe sets CUDA graphs (workload_base_configs.py: LLAMA3_8B_B200_FP8_CS_BASE_CONFIG
 # local + full_iteration; QWEN3_30B_A3B_B200_FP8_CS_BASE_CONFIG, = _FP8_MX, transformer_engine with
 # ["moe_router", "moe_preprocess"]); the other rows' configs set none (WorkloadBaseConfig: None).
@@ -447,6 +453,7 @@ _GRAPHS: dict[str, dict[str, Any]] = {
         "cuda_graph_modules": ["moe_router", "moe_preprocess"],
         "moe_dispatcher": "hybridep",
         "moe_flex_dispatcher_num_sms": 32,
+        **HYBRIDEP_BEFORE_CUSTOM_ALLGATHER,
     },
 }
 
@@ -1046,7 +1053,7 @@ def nemo_ultra_rows() -> list[dict[str, Any]]:
             raw = _qwen3_run(
                 label, QWEN3_30B_A3B, 8, gbs, mbs, {"ep": 8}, "gb300", a2a_overlap=False, fp8_recipe=recipe
             )
-            raw["timing"].update({**_flex("hybridep"), **_te_graphs(*_ROUTER)})
+            raw["timing"].update({**_flex("hybridep"), **_te_graphs(*_ROUTER), **HYBRIDEP_BEFORE_CUSTOM_ALLGATHER})
         notes = (f"the table's MBS {mbs} (the preset's {4 if kind == 'llama' else 8})",)
         rows.append(_ultra_row(label, raw, 8, gbs, tps, "25.11", notes))
     return rows

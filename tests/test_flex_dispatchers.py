@@ -366,6 +366,27 @@ def test_hybridep_gathers_every_ranks_routing_map_before_its_scan() -> None:
     assert across.payload_bytes == 4096 * 128 * 16
 
 
+def test_hybridep_gathers_the_maps_with_nccl_where_its_custom_allgather_is_off() -> None:
+    # hybrid-ep 7febc6e (the Megatron-LM MoE recipes' pin) and 94a9f8f: deep_ep/hybrid_ep_buffer.py
+    # `HybridEPBuffer.__init__(enable_custom_allgather=False)`, which Megatron's `init_hybrid_ep_buffer` never sets,
+    # and executor.cu `allgather_routing_map`: `if (config.num_of_nodes > 1 || !enable_custom_allgather)` NCCL's
+    # `all_gather_into_tensor`. The test above's map (EP 8 on one B200 node, 4,194,304 B gathered) then moves as
+    # NCCL's ring: 7/8 of it at B200's measured 8-rank all-gather share of 900 GB/s (0.683, `nccl_gather_shares`)
+    # and 7 steps of 5 us: 3,670,016 B / 614.7 GB/s = 5.971 us + 35 us = 40.971 us.
+    timing = {"moe_dispatcher": "hybridep", "moe_flex_dispatcher_num_sms": 32, "hybridep_custom_allgather": False}
+    run = make_run(SPEC, parallel={"dp": 8, "ep": 8}, training={"seq_length": 4096}, device={"name": "b200"},
+                   timing=timing)  # fmt: skip
+    gather = {op.name: op for op in moe_ops(KIND, MOE, OpGeometry.from_run(run))}["dispatch_map"].forward_comm
+    assert gather.payload_bytes == 4_194_304 and gather.method is None
+    seconds = collective_seconds(gather, Links.from_run(run))
+    assert seconds == pytest.approx(4_194_304 * 7 / 8 / (0.683 * 900e9) + 7 * 5e-6)
+    assert seconds == pytest.approx(40.971e-6, rel=1e-4)
+    # the switch is HybridEP's alone
+    with pytest.raises(InputError, match=r"timing\.hybridep_custom_allgather"):
+        make_run(SPEC, parallel={"dp": 8, "ep": 8}, device={"name": "b200"},
+                 timing={"moe_dispatcher": "deepep", "hybridep_custom_allgather": True})  # fmt: skip
+
+
 def test_hybridep_across_h100_nodes_takes_its_measured_ib_rate_a_leaving_byte() -> None:
     # DeepEP hybrid-ep 1dddd19, Hybrid-EP_Implementation.md, "H100 Platform", kernel only, IB GB/s counted with the
     # local node's copies (tests/utils.py count_rdma_send_from_routing_map): 16 ranks at 16 SMs 71.71 / 62.95; over

@@ -378,8 +378,11 @@ def test_megatron_lm_moe_recipe_rows_take_each_recipe_s_settings(public):
         assert run.timing.overlap.dp == 0.0 and run.timing.overlap.param_gather == 0.0
         assert run.parallel.devices_per_node == 16
     for run in runs.values():
-        # flex/hybridep at HybridEP's own SM default, the NaN check (Megatron's default), both logging reductions
-        assert run.timing.moe_dispatcher == "hybridep" and run.timing.moe_flex_dispatcher_num_sms is None
+        # flex/hybridep at HybridEP's own defaults at the recipes' DeepEP (hybrid-ep 7febc6e hybrid_ep_buffer.py:
+        # 32 SMs inside one NVLink domain, enable_custom_allgather False), the NaN check (Megatron's default), both
+        # logging reductions
+        assert run.timing.moe_dispatcher == "hybridep" and run.timing.moe_flex_dispatcher_num_sms == 32
+        assert run.timing.hybridep_custom_allgather is False
         assert run.timing.check_for_nan_in_grad and run.timing.log_params_norm and run.timing.log_num_zeros_in_grad
         assert run.training.moe.router.force_balance
     assert (h100_bf16.timing.matmul_dtype, gb200_bf16.timing.matmul_dtype) == ("bf16", "bf16")

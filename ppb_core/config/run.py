@@ -846,6 +846,14 @@ class TimingOptions(StrictModel):
         description="Megatron's --moe-hybridep-pad-uneven-dispatch-inputs (moe_dispatcher hybridep): each "
         "layer's token count all-reduced (MAX) over expert TP × EP and read on the host before the dispatch",
     )
+    hybridep_custom_allgather: bool | None = Field(
+        None,
+        description="DeepEP HybridEPBuffer's enable_custom_allgather (moe_dispatcher hybridep; Megatron passes "
+        "none, so the installed DeepEP's default): true gathers the routing maps inside one NVLink domain with "
+        "HybridEP's own one-shot kernel, false with NCCL's all_gather_into_tensor (a ring); unset: true (the "
+        "default from hybrid-ep a0d27f1 to e0a5b1d, Megatron-Bridge's CI pin 34152ae among them; false at "
+        "eb9cee7 / 7febc6e and again from 94a9f8f)",
+    )
     moe_flex_dispatcher_num_sms: Annotated[PositiveInt, limits.at_most(limits.DEVICES)] | None = Field(
         None,
         description="Megatron's --moe-flex-dispatcher-num-sms: the SMs the flex dispatcher's dispatch and "
@@ -2546,6 +2554,9 @@ def _check_flex(run: RunConfig, where: str) -> None:
         # `MoEFlexTokenDispatcher.__init__`: assert tp_size * ep_size > 1 ("... dispatcher requires TPxEP > 1")
         said = f"{backend} needs expert_tp × ep > 1 (Megatron-Core's flex dispatcher asserts it)"
         raise InputError(where, "timing.moe_dispatcher", said)
+    if timing.hybridep_custom_allgather is not None and backend != "hybridep":  # HybridEPBuffer's own setting
+        said = f"is HybridEP's: set timing.moe_dispatcher hybridep, not {backend}"
+        raise InputError(where, "timing.hybridep_custom_allgather", said)
     for name in ("moe_permute_fusion_into_hybridep", "moe_hybridep_pad_uneven_dispatch_inputs"):
         if getattr(timing, name) and backend != "hybridep":  # read by `_HybridEPManager` alone
             said = f"is HybridEP's: set timing.moe_dispatcher hybridep, not {backend}"

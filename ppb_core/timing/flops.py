@@ -316,6 +316,9 @@ class OpGeometry(Geometry):
     # ... and across nodes, a leaving byte's (`flex.hybridep_ib_rates`); ()
     hybridep_ib_rates: tuple[float, ...] = ()
     hybridep_pad_uneven: bool = False  # --moe-hybridep-pad-uneven-dispatch-inputs: the counts' MAX all-reduce
+    # HybridEP gathers the routing maps in one NVLink domain with its own one-shot kernel, else NCCL's ring
+    # (`timing.hybridep_custom_allgather`, unset: true)
+    hybridep_custom_allgather: bool = True
     dispatch_bytes: int = 2  # bytes per element the expert dispatch sends (FP8 dispatch: 1)
     router_bytes: int = 2  # the router's probabilities (--moe-router-dtype, else the training dtype)
     permute_fusion: bool = False  # Megatron's --moe-permute-fusion (Transformer Engine's permute kernels)
@@ -488,6 +491,7 @@ class OpGeometry(Geometry):
             and train.fp8_cache == "deepseek"
             else train.dtype_bytes,
             hybridep_pad_uneven=run.timing.moe_hybridep_pad_uneven_dispatch_inputs,
+            hybridep_custom_allgather=run.timing.hybridep_custom_allgather is not False,
             flex_in_kernel=in_kernel_permutation(
                 run.timing.moe_dispatcher, run.timing.moe_permute_fusion_into_hybridep
             ),
@@ -2055,11 +2059,13 @@ def moe_ops(kind: BodyKind, moe: Moe, geo: OpGeometry, p: str = "") -> list[Op]:
         permute_launches = (1.0, 0.0) if geo.flex_in_kernel else (2.0, 1.0)
         unpermute_launches = (0.0, 0.0) if geo.flex_in_kernel else (1.0, 1.0)
         # the scan runs over every rank's routing map (hybrid_ep.cu `metadata_preprocessing`, executor.cu
-        # `allgather_routing_map`, hybrid-ep 7febc6e (Megatron-LM's MoE recipes' pin) and 94a9f8f alike: its
-        # custom all-gather kernel in one NVLink domain, extension/allgather.cu `ag_nvl_kernel` on 32 SMs writing
-        # each peer's buffer, `ONE_SHOT`; NCCL's `all_gather_into_tensor` across domains): one bool a
-        # token and expert of the map `MoEFlexTokenDispatcher._initialize_metadata` expands over expert TP,
-        # gathered over expert TP × EP, read once by the scan
+        # `allgather_routing_map`, hybrid-ep 7febc6e and 94a9f8f alike: inside one NVLink domain with
+        # `enable_custom_allgather` its own kernel, extension/allgather.cu `ag_nvl_kernel` on 32 SMs writing each
+        # peer's buffer, `ONE_SHOT`; without it, or across domains, NCCL's `all_gather_into_tensor`, a ring.
+        # HybridEPBuffer's default for it is the installed DeepEP's, Megatron passes none:
+        # `timing.hybridep_custom_allgather`): one bool a token and expert of the map
+        # `MoEFlexTokenDispatcher._initialize_metadata` expands over expert TP, gathered over expert TP × EP, read
+        # once by the scan
         routing_map_bytes = geo.tokens / geo.tp * experts * geo.etp * BOOL_BYTES * geo.etp * geo.ep
         if geo.router_bytes != STATS_BYTES:  # HybridEP takes fp32 probabilities: `_HybridEPManager.dispatch`
             # casts them (`self.token_probs.float()`, 0d8e0714cd and core_v0.17.0), its gradient cast back
@@ -2084,7 +2090,13 @@ def moe_ops(kind: BodyKind, moe: Moe, geo: OpGeometry, p: str = "") -> list[Op]:
                 block,
                 COMM,
                 inputs=(p + "router_topk",),
-                forward_comm=Collective(ALL_GATHER, "tp_ep", routing_map_bytes, "ep", method=ONE_SHOT),
+                forward_comm=Collective(
+                    ALL_GATHER,
+                    "tp_ep",
+                    routing_map_bytes,
+                    "ep",
+                    method=ONE_SHOT if geo.hybridep_custom_allgather else None,
+                ),
             )
         )
     ops.append(
