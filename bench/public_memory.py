@@ -95,6 +95,13 @@ class MeasuredPeak:
     # `mem-max-allocated-bytes` at the first iteration, before the optimizer's moments exist
     first_iteration_bytes: int | None = None
     assumptions: tuple[str, ...] = field(default=())
+    # the run starts from trained weights (`--finetune` with `--load`), its router already trained: its routing at
+    # iteration 1 is the checkpoint's, not an initialisation's
+    trained_router: bool = False
+    # the golden file is one launch from an initialisation (a CI case of 50 iterations): its iteration 1 is the
+    # first forward and backward of the process; elsewhere the counter, never reset (no reset_peak_memory_stats in
+    # megatron/ at d98e8a64), also holds a checkpoint load (--finetune, or the release runs' resumed windows)
+    one_launch: bool = False
 
 
 def _megatron_rows() -> list[MeasuredPeak]:
@@ -252,6 +259,7 @@ def _megatron_moe_rows() -> list[MeasuredPeak]:
             measured_gib=60111630336 / GIB,
             after_step_bytes=6632031744,
             first_iteration_bytes=55051542528,
+            one_launch=True,
             assumptions=(
                 "dp 2 (one node of 8 GPUs)",
                 "routing balanced (dropless_imbalance 1.0; the run's own imbalance is not published)",
@@ -271,6 +279,7 @@ def _megatron_moe_rows() -> list[MeasuredPeak]:
             measured_gib=57961472000 / GIB,
             after_step_bytes=6637274624,
             first_iteration_bytes=55056003072,
+            one_launch=True,
             assumptions=(
                 "dp 2 (one node of 8 GPUs)",
                 "routing balanced (dropless_imbalance 1.0; the run's own imbalance is not published)",
@@ -295,6 +304,7 @@ def _megatron_moe_layout_rows() -> list[MeasuredPeak]:
             measured_gib=49211260928 / GIB,
             after_step_bytes=6025470464,
             first_iteration_bytes=45099868160,
+            one_launch=True,
             assumptions=(
                 "dp 2 (one node of 8 GPUs)",
                 "routing balanced (the run's own imbalance is not published)",
@@ -580,10 +590,23 @@ def _mixtral_release_rows() -> list[MeasuredPeak]:
                     "routing balanced (the run's own imbalance is not published)",
                     *(("the Llama 2 tokenizer's 32000 entries",) if spec["vocab_size"] == 32000 else ()),
                     *(("--rotary-percent 0.5 priced as full RoPE",) if case == alltoall else ()),
+                    *((_TRAINED_ROUTER,) if case != alltoall else ()),
                 ),
+                trained_router=case != alltoall,
             )
         )
     return rows
+
+
+# mixtral_8x7b_tp1pp4ep8vpp8_release and mixtral_8x22b_tp2pp8ep8vpp1_release run `--finetune` with `--load` (their
+# model_config.yaml at d98e8a64): lm loss 1.81 and 1.74 at iteration 1 (an untrained model's is near ln 32000 = 10.4),
+# so their routers are Mixtral's trained ones from the first iteration. The logged rank, world - 1 (global_vars.py
+# `_set_tensorboard_writer`), is the last of every parallel dimension, so EP rank 7 of 8: expert 7 alone
+# (moe_layer.py, local_expert_indices from ep_rank · num_local_experts).
+_TRAINED_ROUTER = (
+    "trained weights loaded (--finetune): the logged rank's expert 7 receives what Mixtral's trained router sends it "
+    "on the CI's data, which is not published"
+)
 
 
 # mixtral/deepseekv3_proxy_flex_*_release_sm/model_config.yaml: DeepSeek-V3's layers cut to 14 (3 dense), 64
@@ -1057,6 +1080,40 @@ def predicted_at_share_gib(row: MeasuredPeak, share: float | str) -> float:
     return run_stage_peaks(run)[row.stage].peak_bytes / GIB - _uncounted_gib(run, row.stage)
 
 
+def logged_experts(row: MeasuredPeak) -> range | None:
+    """The experts of the rank whose peak a Megatron row's golden value is, or None for a dense run. The metric is
+    written by the tensorboard writer, which only rank world - 1 holds (megatron/training/global_vars.py
+    `_set_tensorboard_writer`; training.py `training_log` writes `allocated_bytes.all.peak` unreduced, at d98e8a64 and
+    at every measuring commit of these rows). Megatron's ranks are mixed-radix numbers over the parallel sizes
+    (parallel_state.py `RankGenerator`, for the dense and the expert layout alike), so world - 1 is the last of
+    every dimension, whatever the order: the last pipeline stage and the last expert-parallel rank, whose experts
+    are the last num_experts/ep (moe_layer.py: local expert i is ep_rank · num_local_experts + i)."""
+    run = config(row)
+    spec = run.models[0].spec
+    if not spec.is_moe:
+        return None
+    local = spec.num_experts // run.parallel.ep
+    return range(spec.num_experts - local, spec.num_experts)
+
+
+def routing_after_first_gib(row: MeasuredPeak) -> tuple[float | None, float | None] | None:
+    """ppb's error at iteration 1 (before Adam's moments exist) and how much more the measured peak rose after it
+    than ppb's, in GiB; None without a first-iteration value. The first needs iteration 1 to be the process's first
+    forward and backward (not after a --finetune load: the counter is never reset, no reset_peak_memory_stats in
+    megatron/ at d98e8a64); the second needs the last value to be of that same launch (`one_launch`; a release
+    run's last window loaded a checkpoint). After the first step nothing persistent is added (the after-step
+    memory of these files is flat from iteration 1), so the second is what the later iterations' transients
+    gained: the routing, as the router trains."""
+    if row.first_iteration_bytes is None:
+        return None
+    first_error = None if row.trained_router else predicted_first_iteration_gib(row) - row.first_iteration_bytes / GIB
+    if not row.one_launch or first_error is None:
+        return first_error, None
+    predicted, _ = predicted_gib(row)
+    rise = row.measured_gib - row.first_iteration_bytes / GIB
+    return first_error, rise - (predicted - predicted_first_iteration_gib(row))
+
+
 def main() -> int:
     print(f"machine: {machine()}")
     print(f"{'run':44s} {'stage':>5s} {'measured':>9s} {'ppb':>7s} {'error':>7s}  moment")
@@ -1114,15 +1171,31 @@ def main() -> int:
     print()
     print("MoE rows between balanced routing and the most one rank can receive under the run's routing settings")
     print("(the bound: the capacity factor where tokens are dropped; dropless, ep·min(k, experts/ep)/k):")
-    print(f"{'run':44s} {'stage':>5} {'measured':>9s} {'balanced':>9s} {'bound':>6s} {'at bound':>9s}  within")
+    print("The logged rank is world - 1: the last stage and the last expert-parallel rank (`logged_experts`).")
+    print("'it. 1': ppb's error at iteration 1 (GiB, before Adam's moments); 'later': how much more the measured")
+    print("peak rose after iteration 1 than ppb's moments, GiB (the routing as it moves); 'load' where the value")
+    print("may follow a checkpoint load (--finetune, or a release run's resumed window); router: 'trained' where the")
+    print("run loads trained weights, 'init' where it starts from an initialisation.")
+    print(
+        f"{'run':44s} {'stage':>5} {'measured':>9s} {'balanced':>9s} {'bound':>6s} {'at bound':>9s}  within"
+        f"  {'experts':>7s} {'it. 1':>6s} {'later':>6s}  router"
+    )
     for row in measured_peaks():
         bound = routing_bound(row) if row.allocated and row.stage is not None else None
         if bound is None:
             continue
         balanced, worst = predicted_at_share_gib(row, 1.0), predicted_at_share_gib(row, "bound")
         within = "yes" if balanced <= row.measured_gib <= worst else "no"
+        experts = logged_experts(row)
+        shown = "–" if experts is None else f"{experts[0]}-{experts[-1]}" if len(experts) > 1 else f"{experts[0]}"
+        split = routing_after_first_gib(row)
+        first, later = ("     –", "     –") if split is None else split
+        first = "  load" if row.trained_router else first if isinstance(first, str) else f"{first:+6.2f}"
+        later = "  load" if later is None else later if isinstance(later, str) else f"{later:+6.2f}"
+        router = "trained" if row.trained_router else "init"
         print(
-            f"{row.name:44s} {row.stage:>5} {row.measured_gib:9.2f} {balanced:9.2f} {bound:6.2f} {worst:9.2f}  {within}"
+            f"{row.name:44s} {row.stage:>5} {row.measured_gib:9.2f} {balanced:9.2f} {bound:6.2f} {worst:9.2f}"
+            f"  {within:6s}  {shown:>7s} {first} {later}  {router}"
         )
     return 0
 
