@@ -38,8 +38,11 @@ absolute and the largest error of each, with `--verbose` the MoE rows beyond 3% 
 expert-parallel rank at its routing bound (`routing_rows`), the MoE rows' seconds split by setting (`setting_splits`:
 each flag, exported variable, micro-batch count and release some rows carry and others do not, with the signed
 mean error on each side) and every row beyond 3% iteration by iteration (`iteration_rows`: iteration 1 against
-ppb without Adam's moments, with them where the load made them, the rise after iteration 2), and each case
-whose peak another cluster measured on the same GPU model (`cluster_pairs`), then the refusals by reason.
+ppb without Adam's moments, with them where the load made them, the rise after iteration 2), every row beyond
+10% in seconds with each earlier recording of its golden file and its median seconds (`seconds_reruns`: Megatron's
+CI re-records H100 cases with unchanged flags at times 1.45x apart, e.g. the 8-expert TP2 cases' 0.20 and 0.30 s
+at 4e85d74ae9 and 5fe3f06658), and each case whose peak another cluster measured on the same GPU model
+(`cluster_pairs`), then the refusals by reason.
 """
 
 from __future__ import annotations
@@ -681,6 +684,50 @@ def golden_reruns(path: str) -> list[GoldenVersion]:
     return found
 
 
+@dataclass(frozen=True)
+class SecondsVersion:
+    """One recording of a case's dev golden file with logged iteration times (`seconds_reruns`)."""
+
+    commit: str  # the commit that wrote this version, and its date
+    seconds: float  # its median `iteration-time` without iteration 1 (`seconds_of`)
+    changed: tuple[str, ...] | None  # as `GoldenVersion.changed`
+
+
+def seconds_reruns(path: str) -> list[SecondsVersion]:
+    """Every version of a golden file that logged iteration times, newest first (renames followed, pure
+    renames skipped; times a later edit kept shown at the commit that wrote them), with the flags and variables
+    set otherwise than where the newest was written. Versions with the same settings show how far the CI's
+    seconds move from one recording to the next with nothing changed in the case: the spread any price of the
+    row is read against."""
+    now: dict[str, Any] | None = None
+    found: list[SecondsVersion] = []
+    for commit, where, renamed in _history(path):
+        if renamed:
+            continue
+        sha = commit.split()[0]
+        try:
+            data = json.loads(_git("show", f"{sha}:{where}"))
+        except (subprocess.CalledProcessError, json.JSONDecodeError):
+            continue
+        seconds = seconds_of(data.get("iteration-time"))
+        if seconds is None:
+            continue
+        settings = _settings(sha, where.rsplit("/", 1)[0])
+        now = settings if not found else now
+        if found and found[-1].seconds == seconds:  # a later edit kept these times: the older commit wrote them
+            found[-1] = SecondsVersion(commit, seconds, found[-1].changed)
+            continue
+        found.append(SecondsVersion(commit, seconds, _changed(settings, now)))
+    return found
+
+
+def same_flag_spread(versions: list[SecondsVersion]) -> float | None:
+    """The largest over the smallest seconds among the versions recorded with the newest one's settings
+    (None: fewer than two such)."""
+    same = [version.seconds for version in versions if version.changed == ()]
+    return max(same) / min(same) if len(same) > 1 else None
+
+
 def _states_at_start(row: Row) -> bool:
     """Whether the row's run has its optimizer's states before iteration 1 (`training.optimizer_states_at_start`,
     set by `ppb import megatron` from the case's flags)."""
@@ -893,6 +940,28 @@ def main() -> int:
                     more = " ..." if len(version.changed) > 4 else ""
                     flags = ", ".join(version.changed[:4]) + more or "the same flags"
                 print(f"    {version.commit:22s} {version.peak:7.3f} {after}  {flags}")
+        print()
+        print("Rows beyond 10% in seconds recorded again: each version of the row's golden file that logged iteration")
+        print("times, newest first (the row scores the newest), its median seconds and the flags set otherwise than")
+        print("for the newest (`seconds_reruns`); spread: the largest over the smallest with the same flags:")
+        for row in rows:
+            error = _error(row.seconds)
+            if row.seconds is None or error is None or abs(error) <= 0.10:
+                continue
+            path = f"{CASES}/{row.family}/{row.case}/golden_values_dev_dgx_{row.gpu}.json"
+            versions = seconds_reruns(path)
+            if len(versions) < 2:
+                continue
+            spread = same_flag_spread(versions)
+            spread_text = f"spread x{spread:.2f}" if spread is not None else "no rerun with the same flags"
+            print(f"  {row.family}/{row.case} ({row.gpu}), ppb {row.seconds[1]:.3f} ({error:+.1%}), {spread_text}")
+            for version in versions[:8]:
+                if version.changed is None:
+                    flags = "flags not found"
+                else:
+                    more = " ..." if len(version.changed) > 4 else ""
+                    flags = ", ".join(version.changed[:4]) + more or "the same flags"
+                print(f"    {version.commit:22s} {version.seconds:7.3f}  {flags}")
         print()
         print("One case's peak measured on two clusters of the same GPU (dev golden files; their runs may be of")
         print("different commits, each file's memory set by the commit shown): how far two measurements lie apart:")

@@ -387,6 +387,47 @@ def test_a_golden_file_recorded_again(bench, tmp_path, monkeypatch):
     assert versions[0].peak / versions[1].peak - 1 == pytest.approx(0.05)
 
 
+def test_a_golden_file_s_seconds_recorded_again(bench, tmp_path, monkeypatch):
+    # four recordings of one case's dev golden file: the oldest at 0.30 s with another --data-path, then 0.20,
+    # 0.29 and 0.20 s with the same flags (medians of iterations 2-4: iteration 1 left out), and an edit that
+    # keeps the times (shown at the commit that recorded them); newest first. Same-flag spread: 0.29 / 0.20 = 1.45.
+    def git(*args: str) -> str:
+        return git_at(tmp_path, "2026-05-07", *args)
+
+    case = tmp_path / bench.CASES / "moe" / "a"
+    case.mkdir(parents=True)
+
+    def record(times: list[float], data: str, peak: int = 100) -> None:
+        values = {
+            "mem-max-allocated-bytes": {"values": {"1": peak}},
+            "iteration-time": {"values": {str(step): value for step, value in enumerate(times, start=1)}},
+        }
+        (case / "golden_values_dev_dgx_h100.json").write_text(json.dumps(values))
+        (case / "model_config.yaml").write_text(f"MODEL_ARGS:\n  --data-path: {data}\n  --num-experts: 8\n")
+
+    git("init", "-q")
+    record([9.0, 0.30, 0.31, 0.29], "old")
+    git("add", "-A")
+    git("commit", "-qm", "oldest")
+    record([9.0, 0.21, 0.20, 0.19], "new")
+    git("commit", "-qam", "data path changed, recorded again")
+    record([9.0, 0.29, 0.28, 0.30], "new")
+    git("commit", "-qam", "recorded again, slower")
+    record([9.0, 0.20, 0.21, 0.19], "new")
+    git("commit", "-qam", "recorded again")
+    record([9.0, 0.20, 0.21, 0.19], "new", peak=101)
+    git("commit", "-qam", "memory edited, times kept")
+    monkeypatch.setattr(bench, "MIRROR", str(tmp_path))
+    monkeypatch.setattr(bench, "COMMIT", "HEAD")
+    versions = bench.seconds_reruns(f"{bench.CASES}/moe/a/golden_values_dev_dgx_h100.json")
+    assert [v.seconds for v in versions] == pytest.approx([0.20, 0.29, 0.20, 0.30])
+    assert [v.changed for v in versions] == [(), (), (), ("--data-path",)]
+    # the newest times are shown at the commit that recorded them, not the later memory edit
+    assert bench._git("log", "-1", "--format=%s", versions[0].commit.split()[0]) == "recorded again\n"
+    assert bench.same_flag_spread(versions) == pytest.approx(0.29 / 0.20)
+    assert bench.same_flag_spread(versions[-1:]) is None
+
+
 def test_a_word_reaches_megatron_as_the_launch_s_shell_unescapes_it(bench):
     # c08d89bea0's MLA selective-recompute case: the YAML value `Et*3\\|\\(tt\\|\\)*6tL` (two backslashes each);
     # _run_training.sh's `echo "$value" | xargs` leaves one (`Et*3\|\(tt\|\)*6tL`), the eval of the unquoted

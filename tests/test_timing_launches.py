@@ -21,7 +21,7 @@ from ppb_core.config.devices import (
 from ppb_core.config.run import FrameworkRelease, parse_run_config
 from ppb_core.memory import MemoryModel
 from ppb_core.model.switches import LayerType
-from ppb_core.model.walk import walk
+from ppb_core.model.walk import BODY, walk
 from ppb_core.timing.flops import ALL_REDUCE, COMM, Collective, Op
 from ppb_core.timing.host import host_excess_s, launch_wait_s
 from ppb_core.timing.iteration import run_iteration
@@ -30,6 +30,7 @@ from ppb_core.timing.launches import (
     PLAIN_OP_SHARE,
     PY_STEP_SHARE,
     fill_launches,
+    fsdp_unit_launches,
     grouped_python_steps,
     layer_launches,
     mxfp8_swizzles,
@@ -722,3 +723,36 @@ def test_the_pricer_copies_the_scale_inverses_under_a_te_before_1_11():
     assert DEVICE_CATALOG["h100-80gb"].host_kernel_us == HOST_KERNEL_US_DGX_H100
     assert waits["v1.10"].launch_forward - waits["v1.11"].launch_forward == pytest.approx(4 * launch, abs=1e-10)
     assert waits["v1.10"].launch_backward == pytest.approx(waits["v1.11"].launch_backward, abs=1e-12)
+
+
+def test_megatron_fsdp_s_unit_launches_by_hand():
+    # Megatron-FSDP under optim_grads_params, one bucket a dense TransformerLayer (param_and_grad_buffer.py
+    # `_get_parameter_groups`, 3806ec2754 / 4e85d74ae9): forward its all-gather 1; backward the all-gather
+    # again 1, the reduce-scatter 1, `grad_data.mul_` and `local_buffer += grad_shard` at 0.4 each: 2.8
+    dense = [Op("norm1", "attention", "memory"), Op("qkv", "attention", "matmul", gemm=(1, 1, 1, 1, 1))]
+    assert fsdp_unit_launches(dense, scaled=True, plain_share=0.4) == pytest.approx((1.0, 2.8))
+    # --calculate-per-token-loss: no scaling factor, no mul_: 2.4
+    assert fsdp_unit_launches(dense, scaled=False, plain_share=0.4) == pytest.approx((1.0, 2.4))
+    # routed experts' parameters are a bucket of their own (they reduce over the expert data-parallel group)
+    moe = [*dense, Op("experts_in", "moe", "matmul", gemm=(1, 1, 1, 2, 1))]
+    assert fsdp_unit_launches(moe, scaled=True, plain_share=0.4) == pytest.approx((2.0, 5.6))
+
+
+def test_the_pricer_adds_megatron_fsdp_s_unit_launches_to_each_transformer_layer():
+    plain = _small("h100")
+    raw = plain.model_dump()
+    raw["parallel"] |= {"fsdp": True, "fsdp_impl": "megatron_fsdp"}
+    fsdp = type(plain).model_validate(raw)
+    launch_s = TimeModel(plain).launch_s()
+    body = next(layer for layer in walk(plain).layers if layer.node == BODY)
+    head = walk(plain).layers[0]
+    before, after = TimeModel(plain), TimeModel(fsdp)
+    state = (LayerType.NOT_REC_LAYER,)
+    # the small case's 12 layers are dense, their gradients scaled by 1/dp: (1, 2 + 2 · 0.4) launches more
+    assert after.host(body, *state).launch_forward - before.host(body, *state).launch_forward == pytest.approx(launch_s)
+    assert after.host(body, *state).launch_backward - before.host(body, *state).launch_backward == pytest.approx(
+        (2 + 2 * PLAIN_OP_SHARE) * launch_s
+    )
+    # the embedding is no FSDP unit: its module's buckets stay gathered (not counted)
+    embedding = (LayerType.EMBEDDING_LAYER,)
+    assert after.host(head, *embedding).launch_forward == pytest.approx(before.host(head, *embedding).launch_forward)

@@ -527,3 +527,28 @@ def layer_launches(
             forward, backward = forward + extra_forward, backward + extra_backward
         counts[op.name] = (forward, backward)
     return counts
+
+
+def fsdp_unit_launches(ops: Sequence[Op], scaled: bool, plain_share: float = 1.0) -> tuple[float, float]:
+    """Megatron-FSDP's own launches for one FSDP unit (a TransformerLayer) a micro-batch under
+    `optim_grads_params`, (forward, backward), beside the layer's ops.
+
+    The unit's parameters sit in one bucket per (dtype, expert or not, requires_grad)
+    (param_and_grad_buffer.py `_get_parameter_groups`: custom_fsdp at 3806ec2754 and Megatron-FSDP's
+    megatron_fsdp/ at 4e85d74ae9): one for a dense layer, two for a layer with routed experts (their
+    parameters reduce over the expert data-parallel group). Each bucket a micro-batch:
+    - forward, the pre-forward hook's all-gather (fully_sharded_data_parallel.py / megatron_fsdp.py
+      `_pre_forward_param_unshard` -> `AllGatherPipeline.all_gather_bucket_and_set_items`:
+      `all_gather_into_tensor`), released after the forward (`_post_forward`);
+    - backward, the pre-backward hook's all-gather again (`_pre_backward`), then, once the bucket's
+      gradients are in, `GradReducePipeline.mark_bucket_ready` (3806ec2754) /
+      `_bucket_group_gradient_reduce` (4e85d74ae9): `gradient_reduce_preprocessing`'s `grad_data.mul_`
+      unless the gradients go unscaled (*scaled* false: --calculate-per-token-loss gives no scaling factor,
+      --ddp-average-in-collective NCCL's AVG), `reduce_scatter_tensor`, and `local_buffer += grad_shard`
+      into the local main-gradient shard.
+    A collective is a launch, the two element-wise ops plain PyTorch ops (*plain_share*). The per-parameter
+    main-gradient copy (`_grad_acc`: `main_grad.copy_(param.grad)`) is counted as DDP's add already
+    (`op_launches`); the hooks' Python over each parameter (views, lookups) is not counted."""
+    buckets = 2 if any(op.name.rsplit(".", 1)[-1].startswith("experts_") and op.gemm is not None for op in ops) else 1
+    backward = 2.0 + plain_share * (2.0 if scaled else 1.0)
+    return float(buckets), buckets * backward

@@ -57,6 +57,7 @@ from ppb_core.timing.launches import (
     PER_TENSOR_RECIPES,
     PLAIN_OP_SHARE,
     PY_STEP_SHARE,
+    fsdp_unit_launches,
     layer_launches,
     norm_fed,
     op_launches,
@@ -1260,6 +1261,17 @@ class TimeModel:
                         shared_overlap=run.timing.moe_shared_expert_overlap,
                         dispatcher=run.timing.moe_dispatcher,
                     )
+                if run.megatron_fsdp and layer.node == BODY and ops:  # the unit's hooks (`fsdp_unit_launches`)
+                    timing = run.timing
+                    extra = fsdp_unit_launches(
+                        ops,
+                        scaled=not (timing.calculate_per_token_loss or timing.ddp_average_in_collective),
+                        plain_share=PLAIN_OP_SHARE if self.device.host_kernel_us else 1.0,
+                    )
+                    first = ops[0].name  # the pre-forward hook runs before it, the post-backward after its backward
+                    launches = dict(launches)
+                    forward, backward = launches.get(first, (0.0, 0.0))
+                    launches[first] = (forward + extra[0], backward + extra[1])
                 parts = self.parts(layer, state, switches)
                 waits = layer_host_waits(
                     ops,
