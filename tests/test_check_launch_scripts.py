@@ -291,11 +291,12 @@ def test_megatron_lms_own_launch_scripts_parse(capsys: pytest.CaptureFixture[str
     code, out, err = _run_check(capsys, run, plan)
     assert code in (0, 1), err
     assert json.loads(out)["form"] == "megatron"
-    # gpt3's script leaves pretrain_gpt.py's GPT-2 BPE, compared (50257); the others read theirs from a file
-    # (llama's last `--tokenizer-type` is HuggingFaceTokenizer, the real-data branch; mixtral's Llama2Tokenizer,
-    # DeepSeek-V3's HuggingFaceTokenizer), not compared and said
+    # gpt3's script leaves pretrain_gpt.py's GPT-2 BPE, compared (50257); llama's TOKENIZER_ARG defaults to
+    # MOCK, so bash runs its mock branch: NullTokenizer with --vocab-size 128256, compared (until session 32
+    # both branches were read and the real-data branch's HuggingFaceTokenizer won); the others read theirs from
+    # a file (mixtral's Llama2Tokenizer, DeepSeek-V3's HuggingFaceTokenizer), not compared and said
     unread = [note for note in json.loads(out)["notes"] if "vocab_size" in note]
-    assert len(unread) == (0 if "gpt3" in script else 1), unread
+    assert len(unread) == (0 if "gpt3" in script or "llama" in script else 1), unread
     # the same script under a run config of other sizes is refused in one line naming a flag
     code, out, err = _run_check(capsys, CONFIGS / "llama3-8b.yaml", plan)
     assert code == 2 and out == "" and err.count("\n") == 1 and f"{plan}: --" in err, err
@@ -325,6 +326,49 @@ def test_megatron_lms_own_launch_scripts_parse(capsys: pytest.CaptureFixture[str
     ],
 )
 def test_a_scripts_words_as_the_shell_reads_them(text: str, words: list[str]) -> None:
+    assert script_words(text) == words
+
+
+@pytest.mark.parametrize(
+    ("text", "words"),
+    [
+        # examples/llama/train_llama3_8b_h100_fp8.sh's test at its defaults: "MOCK" == "MOCK", so the mock branch
+        (
+            'T=${3:-"MOCK"}\nif [[ "$T" == "MOCK" ]] || [[ -z "$T" ]]; then\n  A=("--tokenizer-type NullTokenizer")\n'
+            'else\n  A=("--tokenizer-type HuggingFaceTokenizer")\nfi',
+            ["if", "then", "--tokenizer-type", "NullTokenizer", "else", "fi"],
+        ),
+        # a given path is no "MOCK" and not empty: false || false || false, the else branch
+        (
+            'T=/data/tok\nif [[ "$T" == "MOCK" ]] || [[ -z "$T" ]]; then\n--a 1\nelse\n--a 2\nfi',
+            ["if", "then", "else", "--a", "2", "fi"],
+        ),
+        # sbatch_mfsdp_deepseek_v3.sh: `[ "${USE_MEGATRON_FSDP}" = 1 ]` at its default 1; PROFILE 0, the else;
+        # a variable set inside a branch not run is not set
+        (
+            'U=${U:-1}\nP=${P:-0}\nif [ "${U}" = 1 ]; then\n--fsdp\nfi\nif [ "${P}" = 1 ]; then\nX=nsys\n'
+            "else\nX=none\nfi\n--x $X",
+            ["if", "then", "--fsdp", "fi", "if", "then", "else", "fi", "--x", "none"],
+        ),
+        # elif: 0 = 1 is false, 0 -eq 0 true, so the else is not run; the nested test -z "" is true
+        (
+            'P=0\nif [ "$P" = 1 ]; then\n--x 1\nelif [ "$P" -eq 0 ]; then\n--x 2\nif [ -z "" ]; then\n--z\nfi\n'
+            "else\n--x 3\nfi",
+            ["if", "then", "elif", "then", "--x", "2", "if", "then", "--z", "fi", "else", "fi"],
+        ),
+        # ! and && : not (1 > 2) and a != b, both true
+        ("if ! [ 1 -gt 2 ] && [[ a != b ]]; then\n--a\nelse\n--b\nfi", ["if", "then", "--a", "else", "fi"]),
+        # what the script cannot say: a file test, an unassigned variable, a command; both branches, as before
+        ('if [ ! -d "$C" ]; then\n--x 1\nelse\n--x 2\nfi', ["if", "then", "--x", "1", "else", "--x", "2", "fi"]),
+        ('if [ "$UNSET" = 1 ]; then\n--x 1\nelse\n--x 2\nfi', ["if", "then", "--x", "1", "else", "--x", "2", "fi"]),
+        ("if grep -q a f; then\n--x 1\nelse\n--x 2\nfi", ["if", "then", "--x", "1", "else", "--x", "2", "fi"]),
+        # a pattern on the right of == is matched, not compared: not decided here
+        ("T=abc\nif [[ $T == a* ]]; then\n--x 1\nfi", ["if", "then", "--x", "1", "fi"]),
+    ],
+)
+def test_an_if_the_scripts_own_values_decide_runs_one_branch(text: str, words: list[str]) -> None:
+    """bash(1) CONDITIONAL EXPRESSIONS at the script's defaults: string = == !=, -z, -n, -eq ... -ge, !, and
+    lists of tests by && and || left to right; anything else leaves both branches read."""
     assert script_words(text) == words
 
 

@@ -305,3 +305,37 @@ def test_the_layout_suggested_prices_what_the_run_was_priced_at_before(tmp_path,
     titan["training"]["micro_batches"] = 3
     (tmp_path / "titan.yaml").write_text(yaml.safe_dump(titan))
     assert main(["estimate", str(tmp_path / "titan.yaml"), "--json", "--no-stages"]) == 0
+
+
+def _deepseek_mindformers_at(tmp_path: Path, pp: int) -> Path:
+    """configs/deepseek-v3.yaml (61 layers, one MTP layer) under MindFormers, no layout, 1F1B over *pp* stages."""
+    raw = yaml.safe_load(Path("configs/deepseek-v3.yaml").read_text())
+    raw["models"][0]["config"] = str(Path("configs/hf/deepseek-v3.json").resolve())
+    raw["framework"] = "mindformers"
+    raw["parallel"] = {"dp": 2048 // pp, "tp": 1, "pp": pp, "ep": 64, "etp": 1, "zero": 1, "world_size": 2048}
+    path = tmp_path / f"mf-pp{pp}.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    return path
+
+
+def test_mindformers_counts_the_mtp_layers_in_its_split(tmp_path, capsys):
+    """MindFormers' LayerSetting splits num_layers + mtp_num_layers (parallel_core transformer_block.py at
+    fd4deebc; research/deepseek3 deepseek2_model.py `LayerSetting(config.num_layers + self.mtp_depth, ...)`,
+    whose DeepSeek-V3 pretrain yaml states offset [1]*15 + [-1] for pp 16: 4·15 + 2 = 62). Until session 32
+    the refusal counted 61: "the offsets sum to the remainder, 13" and an offset summing to 13, which
+    MindFormers (and `ppb check`) refuse; and a pp MindFormers splits evenly (62 / 2) was refused."""
+    # pp 16: 62 = 16·3 + 14. ppb's split of the 61 body layers: 3 each, the 13 left to cells 0..12 (the MTP
+    # cell, the last, after every other) -> 4·13, 3, 3, 3 + m; against 62 // 16 = 3 the offsets 1·13, 0, 0,
+    # 1 (the last cell's 3 layers and its MTP layer), summing to 14
+    path = _deepseek_mindformers_at(tmp_path, 16)
+    assert main(["estimate", str(path), "--json"]) == 2
+    line = capsys.readouterr().err.strip()
+    assert line == (
+        f"ppb: error: {path}: parallel.pp: 61 layers and 1 MTP (LayerSetting counts both: 62) do not split evenly "
+        "over pp 16: MindFormers refuses offset 0 (LayerSetting: the offsets sum to the remainder, 14); state the "
+        "split you launch, e.g. layout: 'Et*4|(t*4|)*12,t*3|t*3|t*3mL' "
+        f"(offset {[1] * 13 + [0, 0, 1]})"
+    )
+    # pp 2: 62 / 2 = 31 a stage, MindFormers' offset 0: 31 layers, then 30 and the MTP layer
+    assert main(["estimate", str(_deepseek_mindformers_at(tmp_path, 2)), "--json", "--no-times"]) == 0
+    assert [stage["body_layers"] for stage in json.loads(capsys.readouterr().out)["stages"]] == [31, 30]

@@ -624,3 +624,16 @@ def test_a_sequence_over_ppb_s_limits_is_said_as_the_toml_s_seq_len() -> None:
         torchtitan_run_config(imported, "job.toml")
     assert err.value.field == "training.seq_len"
     assert "models.0.spec.max_position_embeddings" in err.value.problem
+
+
+def test_a_torchtitan_model_ppb_does_not_price_is_not_taken_for_a_misspelling() -> None:
+    """torchtitan v0.2.2's llama4 (models/__init__.py `_supported_models`) is one edit from llama3: until
+    session 32 the refusal asked "did you mean llama3?", a different model; a real misspelling still is asked."""
+    with pytest.raises(InputError) as err:
+        import_torchtitan('[model]\nname = "llama4"', 8, "h100-80gb", "job.toml")
+    assert str(err.value).endswith(
+        "'llama4' is a torchtitan model ppb does not price: ppb imports llama3, deepseek_v3, qwen3"
+    )
+    with pytest.raises(InputError) as err:
+        import_torchtitan('[model]\nname = "lama3"', 8, "h100-80gb", "job.toml")
+    assert str(err.value).endswith("did you mean llama3?")

@@ -7,9 +7,13 @@ keeps its flags in bash arrays and its sizes in variables (`NUM_LAYERS=32`, `TP=
 quotes, `#` comments) and each variable takes the value the script assigns it, its default where
 it reads the environment (`${TP:-1}` is 1): the check is of the script as written, not of the
 caller's environment. An array element quoted with its value (`"--vocab-size 128256"`) is split
-as the unquoted `${ARGS[@]}` splits it. Both branches of an `if` are read (the last value given
-wins, as argparse keeps the last); a variable the script never assigns stays `$NAME`, and a size
-flag holding one is refused by the flag reader.
+as the unquoted `${ARGS[@]}` splits it. An `if` whose test the script's own values decide (`[[ "$TOKENIZER_ARG"
+== "MOCK" ]] || [[ -z "$TOKENIZER_ARG" ]]`: string comparisons, `-z`, `-n`, integer comparisons, `!`, `&&`,
+`||`) runs the branch bash would run; where the test asks what the script cannot say (a file, an unassigned
+variable, a command) both branches are read (the last value given wins, as argparse keeps the last). Until
+session 32 both were always read: examples/llama/train_llama3_8b_h100_fp8.sh, whose tokenizer defaults to
+MOCK, was imported with its real-data branch's HuggingFace tokenizer, whose file it does not name. A
+variable the script never assigns stays `$NAME`, and a size flag holding one is refused by the flag reader.
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ from __future__ import annotations
 import ast
 import re
 import shlex
+from dataclasses import dataclass, field
 
 from ppb_core import limits
 
@@ -135,7 +140,15 @@ def script_words_and_variables(text: str) -> tuple[list[str], dict[str, str]]:
     variables: dict[str, str] = {}
     found: list[str] = []
     in_array = profiler = False
+    branches = _Branches()
     for word in words:
+        role = None if in_array else branches.structure(word, variables)
+        if role is not None:
+            if role == "keyword":  # a test's words are the shell's, never pretrain_gpt.py's
+                found.append(word)
+            continue
+        if branches.skipping:
+            continue
         assignment = None if in_array else _ASSIGNMENT.fullmatch(word)
         if assignment is not None:
             name, raw = assignment.groups()
@@ -164,3 +177,126 @@ def script_words_and_variables(text: str) -> tuple[list[str], dict[str, str]]:
         else:
             found.append(expanded)
     return found, variables
+
+
+_INTEGER_TESTS = {"-eq": int.__eq__, "-ne": int.__ne__, "-lt": int.__lt__, "-le": int.__le__, "-gt": int.__gt__,
+                  "-ge": int.__ge__}  # fmt: skip
+_PATTERN = re.compile(r"[*?\[]")  # `[[ $X == a* ]]` matches a pattern: not decided here
+
+
+def _test(words: list[str]) -> bool | None:
+    """What one `[ ... ]` / `[[ ... ]]` test (its words inside the brackets, expanded) gives, as bash's
+    `test` and `[[` give it (bash(1), CONDITIONAL EXPRESSIONS); None where the script's values do not say
+    (a file test, an operand still holding `$NAME`, a pattern)."""
+    negate = bool(words) and words[0] == "!"
+    words = words[1:] if negate else words
+    if any("$" in word for word in words):
+        return None
+    result: bool | None = None
+    if len(words) == 2 and words[0] in ("-z", "-n"):
+        result = (words[1] == "") == (words[0] == "-z")
+    elif len(words) == 3 and words[1] in ("=", "==", "!="):
+        if _PATTERN.search(words[2]):
+            return None
+        result = (words[0] == words[2]) == (words[1] != "!=")
+    elif len(words) == 3 and words[1] in _INTEGER_TESTS:
+        try:
+            result = _INTEGER_TESTS[words[1]](int(words[0]), int(words[2]))
+        except ValueError:
+            return None
+    elif len(words) == 1:
+        result = words[0] != ""
+    if result is None:
+        return None
+    return not result if negate else result
+
+
+def _condition(words: list[str]) -> bool | None:
+    """An `if`'s list of tests joined by `&&` and `||` (equal precedence, left to right, as bash runs a
+    list); None where a test is not decided and the others do not settle it, or the list runs a command."""
+    value: bool | None = True
+    joiner = "&&"
+    closing = {"[": "]", "[[": "]]"}
+    opened: str | None = None
+    negate = False
+    test: list[str] = []
+    for word in words:
+        if opened is None:
+            if word in closing:
+                opened, test = word, []
+            elif word in ("&&", "||"):
+                joiner = word
+            elif word == "!":
+                negate = not negate
+            else:
+                return None  # a command, not a test
+            continue
+        if word != closing[opened]:
+            test.append(word)
+            continue
+        result = _test(test)
+        if negate and result is not None:
+            result = not result
+        if joiner == "&&":
+            value = False if value is False or result is False else None if None in (value, result) else True
+        else:
+            value = True if value is True or result is True else None if None in (value, result) else False
+        opened, negate = None, False
+    return value if opened is None else None
+
+
+@dataclass
+class _If:
+    """One open `if`: reading its test or a branch; whether that branch runs (True), does not (False: its
+    test failed, an earlier branch ran, or an enclosing branch does not run) or may (None: not decided);
+    whether a branch surely ran (True), maybe did (None) or none did yet (False)."""
+
+    testing: bool = True
+    runs: bool | None = None
+    ran: bool | None = False
+    test: list[str] = field(default_factory=list)
+
+
+class _Branches:
+    """Which `if` branches the words are in, and whether the script's own values decide them."""
+
+    def __init__(self) -> None:
+        self._open: list[_If] = []
+
+    @property
+    def skipping(self) -> bool:
+        return any(frame.runs is False for frame in self._open)
+
+    def _outer_skipping(self) -> bool:
+        return any(frame.runs is False for frame in self._open[:-1])
+
+    def structure(self, word: str, variables: dict[str, str]) -> str | None:
+        """Whether *word* is the `if`'s own: "keyword" (if, then, elif, else, fi), "test" (a word of its
+        test) or None (the script's), noting what each test decides."""
+        bare = word[:-1] if word.endswith(";") else word
+        if bare == "if":
+            self._open.append(_If())
+            return "keyword"
+        if not self._open:
+            return None
+        frame = self._open[-1]
+        if frame.testing:
+            if bare != "then":
+                if word != ";":
+                    frame.test.append(_expand(bare, variables))
+                return "test"
+            decided = False if self._outer_skipping() or frame.ran is True else _condition(frame.test)
+            frame.testing, frame.runs, frame.test = False, decided, []
+            if decided is not False:
+                frame.ran = decided if frame.ran is False else None if decided is None else True
+            return "keyword"
+        if bare == "elif":
+            frame.testing = True
+            return "keyword"
+        if bare == "else":
+            frame.runs = False if self._outer_skipping() or frame.ran is True else None if frame.ran is None else True
+            return "keyword"
+        if bare == "fi":
+            self._open.pop()
+            return "keyword"
+        return None

@@ -232,6 +232,15 @@ def import_torchtitan(text: str, gpus: int | None, device: str, where: str = "<j
     return Imported(raw, notes)
 
 
+# torchtitan v0.2.2's models (torchtitan/models/__init__.py `_supported_models`) and experiments
+# (torchtitan/experiments/__init__.py `_supported_experiments`): a name among them is no misspelling of one ppb imports
+TORCHTITAN_MODELS = frozenset(
+    {"deepseek_v3", "flux", "gpt_oss", "llama3", "llama3_ft", "llama4", "qwen3", "simple_fsdp.llama3",
+     "simple_fsdp.deepseek_v3", "vlm", "compiler_toolkit.deepseek_v3", "compiler_toolkit.llama3",
+     "transformers_modeling_backend", "autoparallel.llama3", "autoparallel.deepseek_v3",
+     "autoparallel.local_map_deepseek_v3"}
+)  # fmt: skip
+
 _READ = ("model", "training", "parallelism", "activation_checkpoint", "optimizer", "compile", "quantize")
 _READ += ("fault_tolerance", "experimental", "debug", "float8", "mx")  # v0.1.0's [float8], [mx]
 
@@ -239,6 +248,9 @@ _READ += ("fault_tolerance", "experimental", "debug", "float8", "mx")  # v0.1.0'
 def _model(toml: _Toml, model: dict[str, Any], seq: int, notes: list[str]) -> dict[str, Any]:
     where = toml.where
     name, flavor = toml.text(model, "model", "name"), toml.text(model, "model", "flavor")
+    if name in TORCHTITAN_MODELS and name not in MODELS:  # a real model: no "did you mean llama3?" for llama4
+        said = f"{shown(name)} is a torchtitan model ppb does not price: ppb imports {', '.join(MODELS)}"
+        raise InputError(where, "model.name", said)
     if name not in MODELS:
         raise InputError(
             where, "model.name", f"{shown(name)}: ppb imports {', '.join(MODELS)}{did_you_mean(name, MODELS)}"

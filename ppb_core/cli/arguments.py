@@ -414,14 +414,14 @@ fit, 2 when the plan cannot be read.""",
         description="""The run config a Megatron-LM launch or a torchtitan job says, for every other command.
 
 LAUNCH is pretrain_gpt.py's flags, as one text or a launch script (read as bash would without
-running it: its variables at their defaults, both branches of an `if`, a profiler's own options
-such as nsys's left out). Every flag ppb models is carried over, Megatron-LM's default where the
-launch leaves it out (Megatron-LM d98e8a64, or the releases --megatron-core-release and
---te-release state: framework_release, docs/frameworks.md "Older releases"); the vocabulary comes
-from the tokenizer, padded as Megatron pads it. Each flag that bears on memory or time and that
-ppb does not model is said on stderr, one line each; a contradiction, another entry point
-(pretrain_bert.py, pretrain_hybrid.py) or a model ppb does not price is refused in one line naming
-the flag, and nothing is written.
+running it: its variables at their defaults, the branch of an `if` those values decide (both where
+they do not), a profiler's own options such as nsys's left out). Every flag ppb models is carried
+over, Megatron-LM's default where the launch leaves it out (Megatron-LM d98e8a64, or the releases
+--megatron-core-release and --te-release state: framework_release, docs/frameworks.md "Older
+releases"); the vocabulary comes from the tokenizer, padded as Megatron pads it. Each flag that
+bears on memory or time and that ppb does not model is said on stderr, one line each; a
+contradiction, another entry point (pretrain_bert.py, pretrain_hybrid.py) or a model ppb does not
+price is refused in one line naming the flag, and nothing is written.
 
 For torchtitan, LAUNCH is the job's TOML (train.py --job.config_file), read with torchtitan v0.2.2's
 defaults and its model flavors (llama3, deepseek_v3, qwen3); the same rules hold, naming the TOML

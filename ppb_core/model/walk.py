@@ -143,19 +143,33 @@ def refused_split(run: RunConfig) -> str | None:
     `LayerSetting._check_inputs`, and parallel_core's twin) refuses offsets that do not sum to
     `num_layers % (pp · pp_interleave_num)`, so its default offset 0 on an uneven split. Until session 28
     `ppb estimate` priced such a run on `uniform_split`, a split neither runs. One language model on a
-    schedule of theirs only (DualPipeV and several sub-models are not said in their words)."""
+    schedule of theirs only (DualPipeV and several sub-models are not said in their words). MindFormers counts
+    the MTP layers in the split, the last cell's (until session 32 ppb left them out: DeepSeek-V3's 61 + 1 over
+    16 stages was said to sum to 13, offsets MindFormers refuses)."""
     par = run.parallel
     if run.framework not in ("megatron", "mindformers") or par.layout is not None or par.pp == 1:
         return None
     if len(run.models) != 1 or par.schedule == "dualpipev" or run.is_vision(run.model_names[0]):
         return None
     layers = run.total_body_layers
-    if not (layers % par.pp or (layers // par.pp) % par.vpp):
-        return None
+    mtp = run.spec(run.model_names[0]).mtp_layers
+    # MindFormers' LayerSetting splits num_layers + mtp_num_layers, the MTP layers last (transformer_block.py
+    # `LayerSetting(config.num_layers + mtp_num_layers, ...)` at fd4deebc; research/deepseek3 deepseek2_model.py
+    # the same with mtp_depth); Megatron-LM's check counts the decoder layers alone
+    split = layers + mtp if run.framework == "mindformers" else layers
+    cells = par.pp * par.vpp
     counts = uniform_split(layers, par.pp, par.vpp, par.schedule, run_ends(run), run.framework)
-    stages = ["t" * counts[chunk][stage] for chunk in range(par.vpp) for stage in range(par.pp)]  # model order
+    order = cell_order(par.schedule, par.pp, par.vpp)
+    if not (split % par.pp or (split // par.pp) % par.vpp):
+        if run.framework == "megatron" or not mtp:
+            return None
+        even = {cell: split // cells - (mtp if cell == order[-1] else 0) for cell in order}
+        if all(counts[chunk][stage] == even[chunk, stage] for chunk, stage in order):
+            return None  # MindFormers' offset 0 is the split ppb walks
+        counts = [[even[chunk, stage] for stage in range(par.pp)] for chunk in range(par.vpp)]
+    stages = ["t" * counts[chunk][stage] for chunk, stage in order]  # model order
     stages[0] = "E" + stages[0]
-    stages[-1] += "m" * run.spec(run.model_names[0]).mtp_layers + "L"
+    stages[-1] += "m" * mtp + "L"
     share = f"pp {par.pp}" + (f" × {par.vpp} virtual stages" if par.vpp > 1 else "")
     layout = f"layout: '{format_layout(stages)}'"
     if run.framework == "megatron":
@@ -163,12 +177,21 @@ def refused_split(run: RunConfig) -> str | None:
             f"{layers} layers do not split evenly over {share}: Megatron-LM refuses it without a layout "
             f"(arguments.py validate_args); state the one you launch, e.g. {layout}"
         )
-    average = layers // (par.pp * par.vpp)
-    offsets = [[count - average for count in row] for row in counts]
+    average = split // cells
+    offsets = [
+        [counts[chunk][stage] + (mtp if (chunk, stage) == order[-1] else 0) - average for stage in range(par.pp)]
+        for chunk in range(par.vpp)
+    ]
     offset = offsets[0] if par.vpp == 1 else offsets
+    if split % cells == 0:  # MindFormers runs offset 0; ppb's walk places the MTP layers otherwise
+        return (
+            f"{layers} layers and {mtp} MTP split evenly over {share} as MindFormers places them (LayerSetting "
+            f"counts both: {split}), not as ppb does without a layout; state it: {layout} (offset {offset})"
+        )
+    counted = f"{layers} layers" + (f" and {mtp} MTP (LayerSetting counts both: {split})" if mtp else "")
     return (
-        f"{layers} layers do not split evenly over {share}: MindFormers refuses offset 0 (LayerSetting: the "
-        f"offsets sum to the remainder, {layers % (par.pp * par.vpp)}); state the split you launch, e.g. {layout} "
+        f"{counted} do not split evenly over {share}: MindFormers refuses offset 0 (LayerSetting: the "
+        f"offsets sum to the remainder, {split % cells}); state the split you launch, e.g. {layout} "
         f"(offset {offset})"
     )
 
