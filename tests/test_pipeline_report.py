@@ -28,6 +28,7 @@ def stages() -> pd.DataFrame:
             # stage 3's loss sets its peak: 35000 + 5000 + 1500 (buffers less the working set) + 3000 (loss)
             "peak_mb": [72500.0, 44000.0, 39000.0, 44500.0],
             "moment": ["backward", "backward", "backward", "loss"],
+            "allocator_mb": [0.0] * 4,  # a Megatron plan: the fit is the peak's
             "device_mb": [76000.0] * 4,
             "forward_ms": [10.0, 9.0, 9.0, 12.0],
             "backward_ms": [20.5, 18.0, 18.0, 24.0],
@@ -58,6 +59,18 @@ def test_summary_names_the_tightest_and_slowest_stage(stages: pd.DataFrame) -> N
     assert "- **slowest stage**: 3 (36.000 ms a micro-batch)" in text
     assert "- **status**: optimal" in text and "every stage fits: yes" in text
     assert "![memory and time per stage](plan.png)" in text
+
+
+def test_a_torchtitan_stage_fits_with_what_the_allocator_reserves(stages: pd.DataFrame) -> None:
+    # torchtitan FSDP2: stage 0's pools reserve 4000 MB beyond its 72500 MB peak, 76500 of 76000: over by 500
+    charged = stages.assign(allocator_mb=[4000.0, 0.0, 0.0, 0.0])
+    text = summary_markdown(charged, "titan plan")
+    assert "every stage fits: NO" in text
+    assert (
+        "- **tightest stage**: 0 (76,500 of 76,000 MB at its backward, 4,000 MB of it what the caching allocator "
+        "reserves beyond the peak, -500 MB left)"
+    ) in text
+    assert "| 72,500.0 | backward |" in text  # the table's peak is the allocated one
     assert "| 0 | 8 | SLCT 8 | 30,000.0 | 40,000.0 | 2,500.0 | 72,500.0 | backward | 76,000 | 10.000 | 20.500 |" in text
     # stage 3's peak is its loss's, 44,500 MB, above the 42,000 its backward's parts add up to
     assert "| 3 | 8 | NONE 8 | 35,000.0 | 5,000.0 | 2,000.0 | 44,500.0 | loss | 76,000 | 12.000 | 24.000 |" in text
@@ -99,7 +112,7 @@ def test_a_table_without_a_column_is_refused(stages: pd.DataFrame) -> None:
     ],
 )
 def test_the_closing_line_says_which_way_the_plan_goes(planned: float, uniform: float, said: str) -> None:
-    frame = pd.DataFrame({"stage": [0], "peak_mb": [1024.0], "device_mb": [2048.0]})
+    frame = pd.DataFrame({"stage": [0], "peak_mb": [1024.0], "allocator_mb": [0.0], "device_mb": [2048.0]})
     summary = {"iteration_s": planned, "baseline_iteration_s": uniform, "baseline": "NONE"}
     lines = console_summary(Summarized(frame, summary), "r.md")
     assert lines == [

@@ -9,6 +9,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
+from ppb_core.balance.allocator_pools import allocator_pools
 from ppb_core.balance.stage_workspace import StageWorkspace, stage_workspace
 from ppb_core.balance.torchtitan_settings import op_policy
 from ppb_core.balance.torchtitan_settings import runnable as torchtitan_runnable
@@ -323,13 +324,16 @@ def run_problem(
     does not hold because it runs only some of the kinds (TE's dummy weight gradients of the dense MLP on a
     rank of MoE layers) comes off again by the body types its plan gives it (`workspace`,
     `stage_workspace.py`); a constant given is the whole charge. With it, every stage of a plan fits
-    when the memory model evaluates it again layer by layer.
+    when the memory model evaluates it again layer by layer. A torchtitan FSDP2 run's records and computed
+    constant also carry what the caching allocator reserves beyond the allocated peak (`allocator_pools`),
+    which its fit verdicts count (`StagePeak.fit_bytes`).
 
     For a torchtitan run the options torchtitan cannot run are withdrawn (`torchtitan_settings.runnable`),
     and FULL for a Megatron run under the combined 1F1B schedule (`--overlap-moe-expert-parallel-comm`),
     unless *runnable* is False (a user's plan priced whatever it says).
     """
     memory = MemoryModel(run)
+    computed = constant_memory_mb is None
     if constant_memory_mb is None:
         fused = walk(run, fused_tail=True)  # the descriptions' layers: one TAIL, whatever the layout
         constant_memory_mb = math.ceil(
@@ -344,6 +348,11 @@ def run_problem(
         workspace = None  # the user's constant is the whole charge
     par = run.parallel
     layers = layer_set(descriptions, run.source)
+    # torchtitan FSDP2: what the caching allocator's stream pools reserve beyond the allocated peak
+    # (`allocator_pools`); the copy-in pool's share goes in the constant unless the user gave it whole
+    layers, copy_in_mb = allocator_pools(run, layers, memory)
+    if computed:
+        constant_memory_mb += copy_in_mb
     if runnable and run.framework == "torchtitan":
         layers = torchtitan_runnable(layers, op_policy(run.training.recompute))
     if runnable and run.framework == "megatron" and par.overlap_moe_expert_parallel_comm:

@@ -61,7 +61,9 @@ def check(args: argparse.Namespace) -> dict[str, Any]:
         worst = min(over, key=lambda stage: stage.free_mb)
         out["message"] = (
             f"stage {worst.stage} runs out of memory by {-worst.free_mb:,.0f} MB at its {worst.moment} "
-            f"({worst.peak_mb:,.0f} of {worst.device_mb:,.0f} MB)"
+            f"({worst.peak_mb:,.0f} of {worst.device_mb:,.0f} MB"
+            + (f", and {worst.allocator_mb:,.0f} the allocator reserves beyond it" if worst.allocator_mb else "")
+            + ")"
             + (f"; {counted(len(over) - 1, 'other stage')} too" if len(over) > 1 else "")
         )
     if not args.no_optimum:
@@ -173,7 +175,10 @@ def render(out: dict[str, Any]) -> None:
     form = "ppb balance" if out["form"] == "mindformers" and out["plan"].lower().endswith(".json") else out["form"]
     console.print(f"[bold]ppb check[/bold] {escape(out['run'])}: {form} plan {escape(out['plan'])}")
     table = Table(title="stages (memory model, usable device memory)")
-    for name in ("stage", "layers", "options", "peak MB", "device MB", "free MB", "moment", "fits"):
+    # torchtitan FSDP2's stages are charged what the caching allocator reserves beyond their peak (`StageCheck`)
+    allocator = any(row.get("allocator_mb") for row in out["stages"])
+    names = ("stage", "layers", "options", "peak MB", *(("allocator MB",) if allocator else ()), "device MB")
+    for name in (*names, "free MB", "moment", "fits"):
         table.add_column(name, justify="left" if name in ("options", "moment") else "right")
     for row in out["stages"]:
         table.add_row(
@@ -181,6 +186,7 @@ def render(out: dict[str, Any]) -> None:
             str(row["layers"]),
             " ".join(f"{k}:{v}" for k, v in row["options"].items()),
             f"{row['peak_mb']:,.0f}",
+            *((f"{row['allocator_mb']:,.0f}",) if allocator else ()),
             f"{row['device_mb']:,.0f}",
             f"{row['free_mb']:,.0f}",
             row["moment"],

@@ -132,7 +132,8 @@ def print_tables(result: Estimate) -> None:
         caption="MB of 2**20 bytes; activations × micro-batches in flight per chunk; working: the largest backward's "
         "working set; loss: what the loss adds on the stage of the TAIL (the output layer); peak: the largest moment "
         "(backward, loss, gradient reduction, optimizer step), reserved memory included; at full: the peak with every "
-        "body layer fully recomputed",
+        "body layer fully recomputed; fits: the peak within the device, with what torch's caching allocator "
+        "reserves beyond it where ppb prices its pools (torchtitan FSDP2, below)",
     )
     for name in (
         "stage",
@@ -177,7 +178,8 @@ def print_tables(result: Estimate) -> None:
                 f"(torchtitan's reserved_bytes.all.peak; the run config's reserved memory aside): the compute "
                 f"stream {_mb(pools.compute_bytes)} MB (the loss's free hole {_mb(pools.loss_hole_bytes)} MB of it), "
                 f"FSDP2's all-gather copy-in {_mb(pools.copy_in_bytes)} MB, "
-                f"reduce-scatter {_mb(pools.reduce_scatter_bytes)} MB"
+                f"reduce-scatter {_mb(pools.reduce_scatter_bytes)} MB; fits counts the "
+                f"{_mb(peak.allocator_bytes)} MB it reserves beyond the peak"
             )
     print_memory_calibration(console, run)
     if result.stages_at_full:

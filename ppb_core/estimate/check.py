@@ -23,7 +23,9 @@ from ppb_core.units import MB
 
 @dataclass(frozen=True)
 class StageCheck:
-    """One stage of a plan against the device's usable memory (what the run config reserves left out)."""
+    """One stage of a plan against the device's usable memory (what the run config reserves left out). It fits
+    where its peak and what the caching allocator reserves beyond it (`allocator_mb`: torchtitan FSDP2's stream
+    pools, `memory.reserved`; 0 for Megatron and MindFormers) are within that memory."""
 
     stage: int
     layers: int
@@ -33,6 +35,7 @@ class StageCheck:
     moment: str  # the moment that sets the peak: backward, loss, first_loss, reduction or optimizer
     moments_mb: dict[str, float]
     in_flight: tuple[int, ...]
+    allocator_mb: float = 0.0
 
     @classmethod
     def of(cls, evaluation: StageEvaluation) -> StageCheck:
@@ -47,15 +50,16 @@ class StageCheck:
             moment=peak.moment,
             moments_mb={name: (value - reserved) / MB for name, value in peak.moments.items()},
             in_flight=tuple(peak.in_flight),
+            allocator_mb=peak.allocator_bytes / MB,
         )
 
     @property
     def free_mb(self) -> float:
-        return self.device_mb - self.peak_mb
+        return self.device_mb - self.peak_mb - self.allocator_mb
 
     @property
     def fits(self) -> bool:
-        return self.peak_mb <= self.device_mb
+        return self.peak_mb + self.allocator_mb <= self.device_mb
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -64,6 +68,7 @@ class StageCheck:
             "options": self.options,
             "peak_mb": self.peak_mb,
             "device_mb": self.device_mb,
+            "allocator_mb": self.allocator_mb,
             "free_mb": self.free_mb,
             "fits": self.fits,
             "moment": self.moment,

@@ -199,10 +199,11 @@ def result_peaks(
 def plan_overrun_mb(run: RunConfig) -> Callable[[Mapping[str, Any], Sequence[Sequence[Mapping[str, Any]]]], float]:
     """How many MB a plan's fullest stage needs beyond its problem's memory (`memory_mb` of a balance
     input's `describe()`) when the memory model evaluates it layer by layer (`result_peaks`, as `ppb check`
-    does); negative where every stage fits. What `balance.fitting.fitting_placement` holds a plan to."""
+    does: its peak and what the caching allocator reserves beyond it, `StagePeak.fit_bytes`); negative where
+    every stage fits. What `balance.fitting.fitting_placement` holds a plan to."""
 
     def overrun(given: Mapping[str, Any], plan_cells: Sequence[Sequence[Mapping[str, Any]]]) -> float:
-        return max(map(_peak_mb, result_peaks(run, given, plan_cells))) - float(given["memory_mb"])
+        return max(map(_fit_mb, result_peaks(run, given, plan_cells))) - float(given["memory_mb"])
 
     return overrun
 
@@ -214,14 +215,22 @@ def with_stage_peaks(run: RunConfig, result: Mapping[str, Any]) -> dict[str, Any
     rule, `payload.describe.mb`), a few MB under on the loss's stage (configs/llama3-8b.yaml stage 3: 13,830
     against 13,833.2), and its constant is the run's largest working set on every stage (the loss's 1,066 MB
     where a stage of bodies holds 288 at most), over elsewhere. Each uniform split gets its fullest stage's peak
-    the same way (`baselines[].peak_mb` beside `peak_memory_mb`). A result without a plan is given back as it is."""
+    the same way (`baselines[].peak_mb` beside `peak_memory_mb`). A torchtitan FSDP2 stage also says what the
+    caching allocator reserves beyond its peak (`allocator_mb`), which its fit counts (`plan_overrun_mb`). A result
+    without a plan is given back as it is."""
     out = dict(result)
     if not result.get("cells") or "stages" not in result:
         return out
     given = result["input"]
     peaks = result_peaks(run, given, result["cells"])
     out["stages"] = [
-        {**row, "peak_mb": _peak_mb(peak), "moment": peak.moment}
+        {
+            **row,
+            "peak_mb": _peak_mb(peak),
+            "moment": peak.moment,
+            # torchtitan FSDP2: what the caching allocator reserves beyond the peak, which the fit counts
+            **({"allocator_mb": peak.allocator_bytes / MB} if peak.allocator_bytes else {}),
+        }
         for row, peak in zip(result["stages"], peaks, strict=True)
     ]
     out["baselines"] = [
@@ -234,6 +243,11 @@ def with_stage_peaks(run: RunConfig, result: Mapping[str, Any]) -> dict[str, Any
 def _peak_mb(peak: StagePeak) -> float:
     """A stage's peak in MB, what the run config reserves left out (as `ppb check` prints it)."""
     return (peak.peak_bytes - peak.reserved_bytes) / MB
+
+
+def _fit_mb(peak: StagePeak) -> float:
+    """What a stage needs of the device's usable memory in MB (`StagePeak.fit_bytes`, as `ppb check` fits it)."""
+    return (peak.fit_bytes - peak.reserved_bytes) / MB
 
 
 def time_unit_s(run: RunConfig, given: Mapping[str, Any]) -> float:

@@ -129,6 +129,8 @@ def stage_json(peak: StagePeak) -> dict[str, Any]:
         "moment": peak.moment,
         "moments": {name: _number(value) for name, value in peak.moments.items()},
         "device_bytes": _number(peak.device_bytes),
+        "allocator_bytes": _number(peak.allocator_bytes),
+        "fit_bytes": _number(peak.fit_bytes),
         "fits": peak.fits,
         "step_static_bytes": None if peak.step_static_bytes is None else _number(peak.step_static_bytes),
         "holds_tail": peak.holds_tail,

@@ -17,6 +17,9 @@ Each moment is what is alive then (docs/memory.md, "Stage peak"):
 
 each + the device's reserved memory. The peak is the largest; `moment` names it.
 
+Whether the stage fits (`fits`, `fit_bytes`) adds what the caching allocator reserves beyond that peak where
+ppb prices it (`allocator_bytes`: torchtitan's FSDP2 pools, `ppb_core.memory.reserved`); 0 elsewhere.
+
 Micro-batches in flight come from `ppb_core.schedules` (owned by the balancer): where a stage runs
 several chunks whose layers keep different amounts per micro-batch, its peak is the largest over
 every per-chunk count vector the schedule reaches (`in_flight_vectors`), as the balancer charges
@@ -25,6 +28,7 @@ it. `stage_peaks` also takes the counts as plain numbers so tests can state them
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 from collections import Counter
@@ -37,6 +41,7 @@ from ppb_core.errors import InputError
 from ppb_core.memory.combined import ChunkNodes, chunk_nodes, node_bytes, step_extra_bytes
 from ppb_core.memory.frameworks import te_offload
 from ppb_core.memory.graphs import graph_buffer_bytes, graphed_layers
+from ppb_core.memory.reserved import priced, reserved_pools
 from ppb_core.model.kinds import BodyKind, HeadKind, TailKind
 from ppb_core.model.walk import BODY, KindSlot, Layer, LayerWalk
 from ppb_core.schedules import (
@@ -75,6 +80,10 @@ class StagePeak:
     # static memory the first optimizer step creates (Adam's moments), not yet there then
     first_call_bytes: float = 0.0
     first_step_bytes: float = 0.0
+    # what PyTorch's caching allocator reserves beyond the allocated peak, which the run must also find on the
+    # device: torchtitan's FSDP2 stream pools (`memory.reserved.ReservedPools.beyond_allocated_bytes`); 0 where
+    # ppb prices no pools (Megatron and MindFormers, whose fit stays the allocated peak)
+    allocator_bytes: float = 0.0
 
     @property
     def step_bytes(self) -> float:
@@ -112,8 +121,13 @@ class StagePeak:
         return max(self.moments.values())
 
     @property
+    def fit_bytes(self) -> float:
+        """What the stage needs of the device: its peak and what the allocator reserves beyond it."""
+        return self.peak_bytes + self.allocator_bytes
+
+    @property
     def fits(self) -> bool:
-        return self.peak_bytes <= self.device_bytes
+        return self.fit_bytes <= self.device_bytes
 
     def terms(self) -> dict[str, float]:
         """The terms of the peak at its moment, reserved memory aside (`memory.calibration.TERMS`)."""
@@ -371,7 +385,15 @@ def stage_peaks(
                 first_step_bytes=total["first_step"] if total["first_call"] else 0.0,
             )
         )
+    if priced(memory):  # torchtitan FSDP2: what the stream pools reserve beyond each peak
+        peaks = [_with_pools(memory, in_stage.get(peak.stage, []), peak) for peak in peaks]
     return peaks
+
+
+def _with_pools(memory: MemoryModel, layers: Sequence[Layer], peak: StagePeak) -> StagePeak:
+    """The stage's peak charged what the allocator's pools reserve beyond it (`memory.reserved`)."""
+    pools = reserved_pools(memory, layers, peak)
+    return peak if pools is None else dataclasses.replace(peak, allocator_bytes=pools.beyond_allocated_bytes)
 
 
 def _cpu_offload_relief(memory: MemoryModel, layers: Sequence[Layer], option_of: Callable[[Layer], str]) -> float:

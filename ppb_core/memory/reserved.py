@@ -28,15 +28,19 @@ after the segment's last block), and the small pool's 2 MiB pages.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from itertools import pairwise
+from typing import TYPE_CHECKING
 
 from ppb_core.memory.frameworks.torchtitan import TorchtitanRules, fsdp
-from ppb_core.memory.model import MemoryModel
-from ppb_core.memory.peak import StagePeak
 from ppb_core.model.kinds import TailKind
 from ppb_core.model.params import LayerParams
-from ppb_core.model.walk import Layer, LayerWalk
+from ppb_core.model.walk import Layer
+
+if TYPE_CHECKING:  # `peak.stage_peaks` charges each stage these pools: the model and the peak are built above
+    from ppb_core.memory.model import MemoryModel
+    from ppb_core.memory.peak import StagePeak
 
 # the moments at which a stage holds its sharded gradients whatever the micro-batches (frameworks/torchtitan.py)
 _WITH_GRADIENTS = ("optimizer", "reduction")
@@ -55,6 +59,13 @@ class ReservedPools:
     @property
     def total_bytes(self) -> float:
         return self.compute_bytes + self.copy_in_bytes + self.reduce_scatter_bytes
+
+    @property
+    def beyond_allocated_bytes(self) -> float:
+        """What the pools reserve beyond the allocated peak: what a fit verdict charges the stage on top of it
+        (`StagePeak.allocator_bytes`). Never negative: the compute pool holds each moment less the gradients,
+        which the reduce-scatter pool holds whole, and the copy-in pool is on top."""
+        return max(0.0, self.total_bytes - self.allocated_bytes)
 
 
 def _forward_units(memory: MemoryModel, layers: list[Layer]) -> list[tuple[LayerParams, float]]:
@@ -89,6 +100,24 @@ def copy_in_bytes(memory: MemoryModel, layers: list[Layer]) -> float:
     return most
 
 
+def copy_in_bound_bytes(memory: MemoryModel, layers: Iterable[Layer]) -> float:
+    """The most the copy-in stream can hold on a stage whose units are some of *layers*' in any order: the
+    largest unit's all-gather output with its shard copy, or any unit's output beside another's output and its
+    shard copy (`copy_in_bytes` takes the stage's consecutive pairs). What the balancer charges before it
+    knows a stage's layers (`balance.allocator_pools`)."""
+    bc = memory.setup.dtype_bytes
+    counted: dict[tuple[float, float], int] = {}
+    for unit, share in _forward_units(memory, list(layers)):
+        key = (float(unit.gathered_bytes(bc)), share)
+        counted[key] = counted.get(key, 0) + 1
+    most = max((gathered * (1 + share) for gathered, share in counted), default=0.0)
+    for before in counted:
+        for after, share in counted:
+            if before != (after, share) or counted[before] > 1:
+                most = max(most, before[0] + after * (1 + share))
+    return most
+
+
 def loss_hole_bytes(memory: MemoryModel, layers: list[Layer]) -> float:
     """What the stage's eager loss leaves free below its fp32 buffers (`TorchtitanRules.loss_hole_bytes`),
     scaled as the loss's working set is."""
@@ -99,10 +128,15 @@ def loss_hole_bytes(memory: MemoryModel, layers: list[Layer]) -> float:
     return sum(rules.loss_hole_bytes(kind, memory.setup) for kind in tails) * memory.correction.working
 
 
-def reserved_pools(memory: MemoryModel, layer_walk: LayerWalk, peak: StagePeak) -> ReservedPools | None:
-    """The stage's reserved bytes by stream (module docstring); None but for torchtitan with FSDP2 sharding."""
-    setup = memory.setup
-    if memory.run.framework != "torchtitan" or not fsdp(setup):
+def priced(memory: MemoryModel) -> bool:
+    """Whether the run's stages have pools priced here: torchtitan with FSDP2 sharding."""
+    return memory.run.framework == "torchtitan" and fsdp(memory.setup)
+
+
+def reserved_pools(memory: MemoryModel, layer_walk: Iterable[Layer], peak: StagePeak) -> ReservedPools | None:
+    """The stage's reserved bytes by stream (module docstring); None but for torchtitan with FSDP2 sharding.
+    *layer_walk* may hold other stages' layers: the stage's are taken."""
+    if not priced(memory):
         return None
     layers = [layer for layer in layer_walk if layer.stage == peak.stage]
     statics = [memory.static_breakdown(layer) for layer in layers]
@@ -126,4 +160,4 @@ def reserved_pools(memory: MemoryModel, layer_walk: LayerWalk, peak: StagePeak) 
     )
 
 
-__all__ = ["ReservedPools", "copy_in_bytes", "loss_hole_bytes", "reserved_pools"]
+__all__ = ["ReservedPools", "copy_in_bound_bytes", "copy_in_bytes", "loss_hole_bytes", "priced", "reserved_pools"]

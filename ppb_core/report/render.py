@@ -220,7 +220,13 @@ def summary_markdown(
         f"- **stages**: {len(stages)}; every stage fits: {'yes' if (headroom >= 0).all() else 'NO'}",
         f"- **tightest stage**: {stages['stage'][tightest]} ({_number(memory[tightest], 0)} of "
         f"{_number(stages['device_mb'][tightest], 0)} MB at its {stages['moment'][tightest]}, "
-        f"{_number(headroom[tightest], 0)} MB left)",
+        + (
+            f"{_number(stages['allocator_mb'][tightest], 0)} MB of it what the caching allocator reserves beyond "
+            "the peak, "
+            if stages["allocator_mb"][tightest]
+            else ""
+        )
+        + f"{_number(headroom[tightest], 0)} MB left)",
         f"- **slowest stage**: {stages['stage'][busiest]} "
         f"({_number(stages['forward_ms'][busiest] + stages['backward_ms'][busiest], 3)} {time_unit} a micro-batch)",
         "",
@@ -238,7 +244,7 @@ def summary_markdown(
         models = f" {held[index]} |" if held is not None else ""
         lines.append(
             f"| {row['stage']} | {row['layers']} |{models} {row['options']} | {_number(row['parameters_mb'])} "
-            f"| {_number(row['activations_mb'])} | {_number(row['buffers_mb'])} | {_number(memory[index])} "
+            f"| {_number(row['activations_mb'])} | {_number(row['buffers_mb'])} | {_number(row['peak_mb'])} "
             f"| {row['moment']} | {_number(row['device_mb'], 0)} | {_number(row['forward_ms'], 3)} "
             f"| {_number(row['backward_ms'], 3)} |"
         )

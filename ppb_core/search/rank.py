@@ -107,6 +107,9 @@ class Ranked:
     balancer_peak_memory_mb: float = 0.0  # the busiest stage as the balancer's descriptions charge it
     # each pipeline stage's peak as `peak_memory_mb` takes its busiest (the memory model's, reserved memory left out)
     stage_peaks_mb: tuple[float, ...] = ()
+    # each stage's charge beyond its peak for what the caching allocator reserves (torchtitan FSDP2's pools,
+    # `StagePeak.allocator_bytes`; empty elsewhere): the fit and the headroom count it
+    stage_allocator_mb: tuple[float, ...] = ()
 
     @property
     def stopped_by(self) -> str:
@@ -133,7 +136,11 @@ class Ranked:
 
     @property
     def headroom_mb(self) -> float:
-        return self.memory_mb - self.peak_memory_mb
+        """What the fullest stage leaves of the usable memory, with what the allocator reserves beyond its peak."""
+        if not self.stage_allocator_mb:
+            return self.memory_mb - self.peak_memory_mb
+        needed = (peak + beyond for peak, beyond in zip(self.stage_peaks_mb, self.stage_allocator_mb, strict=True))
+        return self.memory_mb - max(needed)
 
     def key(self) -> tuple:
         return (self.seconds, self.strategy)
@@ -162,6 +169,7 @@ class Ranked:
                 "bound_seconds": self.bound_s,
                 "balancer_peak_memory_mb": self.balancer_peak_memory_mb,
                 "stage_peak_memory_mb": list(self.stage_peaks_mb),
+                **({"stage_allocator_mb": list(self.stage_allocator_mb)} if self.stage_allocator_mb else {}),
                 "balance_stopped_by": self.stopped_by,
                 "balance_gap": self.balance_gap,
                 "mtp": self.mtp,
@@ -263,6 +271,7 @@ def evaluate(
     # peaks, with the backward's working set the balancer's descriptions leave out
     stages = plan_stages(run, cells, mtp_cell=mtp_cell)
     stage_peaks_mb = tuple((stage.peak.peak_bytes - stage.peak.reserved_bytes) / MB for stage in stages)
+    allocator_mb = tuple(stage.peak.allocator_bytes / MB for stage in stages)
     peak_mb = max(stage_peaks_mb)
     plan = in_seconds(result, time_unit_s(run, problem.describe()))  # as `ppb balance RUN.yaml` gives it,
     plan["iteration"] = iteration.to_json()  # with the plan's iteration and its baseline's (`plan_iterations`)
@@ -288,6 +297,7 @@ def evaluate(
         peak_memory_mb=peak_mb,
         balancer_peak_memory_mb=float(result["peak_memory_mb"]),
         stage_peaks_mb=stage_peaks_mb,
+        stage_allocator_mb=allocator_mb if any(allocator_mb) else (),
         memory_mb=float(problem.memory_mb),
         uniform_seconds=uniform,
         plan=plan,

@@ -129,7 +129,13 @@ STAGE_PEAKS = Schema(
         Column("device_bytes", "float64", "the device's memory", "bytes"),
         Column("peak_bytes", "float64", "the stage's peak: the largest of its moments", "bytes"),
         Column("moment", "string", "the moment that sets the peak: backward, loss, first_loss, reduction or optimizer"),
-        Column("fits", "bool", "whether the peak is within the device's memory"),
+        Column(
+            "allocator_bytes",
+            "float64",
+            "what the caching allocator reserves beyond the peak (torchtitan FSDP2's pools; else 0)",
+            "bytes",
+        ),
+        Column("fits", "bool", "whether the peak and allocator_bytes are within the device's memory"),
     ),
 )
 

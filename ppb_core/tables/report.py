@@ -34,6 +34,12 @@ PLAN_REPORT = Schema(
             "MB",
         ),
         Column("moment", "string", "the moment that sets the peak: backward, loss, first_loss, reduction or optimizer"),
+        Column(
+            "allocator_mb",
+            "float64",
+            "what the caching allocator reserves beyond the peak, which the fit counts (torchtitan FSDP2; else 0)",
+            "MB",
+        ),
         Column("device_mb", "float64", "the memory the stage must fit in: the device's less reserved_mb", "MB"),
         Column("forward_ms", "float64", "forward of one micro-batch through the stage, every chunk", "ms"),
         Column("backward_ms", "float64", "backward of one micro-batch, recomputation included", "ms"),
@@ -56,6 +62,7 @@ def report_to_frame(stages: Sequence[StageEvaluation], planned_mb: Sequence[floa
             "working_mb": s.peak.working_bytes / MB,
             "peak_mb": (s.peak.peak_bytes - s.peak.reserved_bytes) / MB,
             "moment": s.peak.moment,
+            "allocator_mb": s.peak.allocator_bytes / MB,
             "device_mb": (s.peak.device_bytes - s.peak.reserved_bytes) / MB,
             "forward_ms": s.forward_ms,
             "backward_ms": s.backward_ms,
@@ -67,7 +74,8 @@ def report_to_frame(stages: Sequence[StageEvaluation], planned_mb: Sequence[floa
 
 
 def stage_memory_mb(report: pd.DataFrame) -> pd.Series:
-    """Each stage's memory by the memory model: its peak, the largest moment (issue 11), which is
-    parameters + activations + buffers only where the backward sets it; the loss's transient
-    (torchtitan's fp32 logits) or the optimizer step can set it higher."""
-    return report["peak_mb"]
+    """Each stage's memory by the memory model as its fit counts it: its peak, the largest moment (issue 11),
+    which is parameters + activations + buffers only where the backward sets it (the loss's transient,
+    torchtitan's fp32 logits, or the optimizer step can set it higher), and what the caching allocator
+    reserves beyond it (`allocator_mb`: torchtitan FSDP2's stream pools, `StagePeak.allocator_bytes`)."""
+    return report["peak_mb"] + report["allocator_mb"]
