@@ -99,6 +99,7 @@ def test_the_lines_of_each_release_by_hand():
     tokens = _said("2026-08-20")
     assert tokens["batch"] == {
         "num_pp_microbatches": 4,
+        "max_context_length": 2048,
         "num_tokens_per_microbatch_per_dp_rank": 4096,
         "num_tokens_per_train_step": 65536,
     }

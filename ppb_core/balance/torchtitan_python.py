@@ -14,7 +14,8 @@ names them (`ppb_core.config.releases`):
   stages itself when stated (`pipeline_llm`, before 85c549b93 read even beside the parts);
 * the batch: before 73aed7f6c `parallelism.pipeline_parallel_microbatch_size` = b and
   `training.local_batch_size` = b·m, `training.global_batch_size` = b·m·dp (as the TOML says it);
-  from 73aed7f6c (2026-08-20, #4121, `torchtitan_token_batch`) tokens: the PR's own table maps
+  from 73aed7f6c (2026-08-20, #4121, `torchtitan_token_batch`) tokens, with `training.max_context_length` s
+  (seq_len's successor: a micro-batch's tokens are b sequences only at the plan's s): the PR's own table maps
   local_batch_size to `training.num_tokens_per_microbatch_per_dp_rank` (a PP micro-batch's tokens on
   one data-parallel rank: b·s), pipeline_parallel_microbatch_size to `parallelism.num_pp_microbatches`
   (m) and global_batch_size to `training.num_tokens_per_train_step` (b·s·m·dp: tokens per microbatch ×
@@ -61,6 +62,7 @@ def batch_fields(
         return {}
     return {
         "num_pp_microbatches": ("parallelism", m),
+        "max_context_length": ("training", seq_length),
         "num_tokens_per_microbatch_per_dp_rank": ("training", b * seq_length),
         "num_tokens_per_train_step": ("training", b * seq_length * m * dp),
     }
@@ -138,6 +140,7 @@ def accumulation_lines(
     b, m = micro_batch_size, micro_batches
     if release.holds("torchtitan_token_batch"):
         return [
+            f"config.training.max_context_length = {seq_length}",
             f"config.training.num_tokens_per_microbatch_per_dp_rank = {b * seq_length}",
             f"config.training.num_tokens_per_train_step = {b * seq_length * m * dp}",
         ]
