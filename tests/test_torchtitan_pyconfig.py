@@ -19,6 +19,7 @@ from typing import Any
 
 import pytest
 import yaml
+from small_models import ROUND_DEVICE, SMALL_GQA
 
 from ppb_core.balance.torchtitan_plan import torchtitan
 from ppb_core.balance.torchtitan_pyconfig import FIELDS, fields_at, python_release, read_config
@@ -337,3 +338,56 @@ def test_torchtitan_s_own_llama3_8b_reads_as_its_v0_2_2_toml(commit, release):
     assert raw.raw["training"]["seq_length"] == 8192 and raw.raw["training"]["micro_batch_size"] == 1
     assert raw.raw["training"]["recompute"] == {"mode": "selective", "option": "op"}
     assert raw.raw["parallel"] == {"dp": 64, "tp": 1, "pp": 1, "cp": 1, "world_size": 64, "fsdp": True, "zero": 3}
+
+
+def test_check_reads_the_python_lines_as_a_plan(tmp_path: Path, capsys):
+    # a PP 2 run of SMALL_GQA's 4 layers (2 | 2) under full, micro-batch 1, 4 a step, dp 2, at b5bcd76c6:
+    # the lines ppb prints for it are checked as its plan; 8 PP micro-batches are not the run's 4
+    run = {
+        "name": "r",
+        "framework": "torchtitan",
+        "framework_release": {"torchtitan": LATEST},
+        "models": [{"name": "llm", "spec": dict(SMALL_GQA)}],
+        "parallel": {"dp": 2, "pp": 2, "zero": 3, "fsdp": True},
+        "training": {"seq_length": 2048, "micro_batch_size": 1, "micro_batches": 4, "recompute": {"mode": "full"}},
+        "device": ROUND_DEVICE,
+    }
+    path = tmp_path / "run.yaml"
+    path.write_text(yaml.safe_dump(run))
+    given = {"stages": 2, "interleave": 1, "schedule": "1f1b", "framework": "torchtitan", "micro_batches": 4}
+    result = {"input": given, "cells": [[{"options": {"FULL": 2}}, {"options": {"FULL": 2}}]]}
+    result["recompute_setting"] = {"name": "full", "num_layers": 0}
+    said = torchtitan(result, None, (1, 2), FrameworkRelease(torchtitan=LATEST), 2048)
+    assert said is not None
+    lines = tmp_path / "plan.torchtitan.py"
+    lines.write_text("\n".join(said["lines"]) + "\n")
+    assert main(["check", str(path), "--plan", str(lines), "--no-optimum"]) == 0
+    wrong = tmp_path / "wrong.py"
+    wrong.write_text(lines.read_text().replace("num_pp_microbatches = 4", "num_pp_microbatches = 8"))
+    capsys.readouterr()
+    assert main(["check", str(path), "--plan", str(wrong), "--no-optimum"]) == 2
+    err = capsys.readouterr().err
+    assert "wrong.py: parallelism.num_pp_microbatches: 8; the run config prices 4 micro-batches of 1" in err
+
+
+def test_a_pp1_job_s_batch_is_accumulation_steps_of_local(tmp_path: Path, capsys):
+    # without PP train.py takes global // (local · dp) accumulation steps of local_batch_size sequences: the
+    # run's micro-batch 1, 2 a step on dp 2 is local 1, global 4 (`ppb search -o` writes that); local 2 would
+    # run micro-batches of 2 (refused before session 32 was the other way round)
+    run = {
+        "name": "r",
+        "framework": "torchtitan",
+        "models": [{"name": "llm", "spec": dict(SMALL_GQA)}],
+        "parallel": {"dp": 2, "zero": 3, "fsdp": True},
+        "training": {"seq_length": 2048, "micro_batch_size": 1, "micro_batches": 2, "recompute": {"mode": "full"}},
+        "device": ROUND_DEVICE,
+    }
+    path = tmp_path / "run.yaml"
+    path.write_text(yaml.safe_dump(run))
+    plan = tmp_path / "plan.toml"
+    plan.write_text('[activation_checkpoint]\nmode = "full"\n[training]\nlocal_batch_size = 1\nglobal_batch_size = 4\n')
+    assert main(["check", str(path), "--plan", str(plan), "--no-optimum"]) == 0
+    plan.write_text(plan.read_text().replace("local_batch_size = 1", "local_batch_size = 2"))
+    capsys.readouterr()
+    assert main(["check", str(path), "--plan", str(plan), "--no-optimum"]) == 2
+    assert "training.local_batch_size: 2; the run config prices 2 micro-batches of 1 on dp 2" in capsys.readouterr().err

@@ -601,9 +601,12 @@ def _lm_head_named(reader: Reader, fqns: list[Any]) -> list[Any]:
     return named
 
 
-def _tokens(reader: Reader, training: dict[str, Any], parallelism: dict[str, Any]) -> None:
+def _tokens(reader: Reader, training: dict[str, Any], parallelism: dict[str, Any], plan_only: bool = False) -> None:
     """73aed7f6c's token batch as v0.2.2's sequences: a micro-batch of T tokens is T / s sequences of
     `max_context_length` s (train step and PP micro-batches in the same units)."""
+    stated = {"num_tokens_per_microbatch_per_dp_rank", "max_context_length", "num_tokens_per_train_step"}
+    if not stated & set(training) and "num_pp_microbatches" not in parallelism and plan_only:
+        return  # a plan's lines that state no batch: checked at the run config's
     tokens = training.pop("num_tokens_per_microbatch_per_dp_rank", 16384)  # configs.py defaults
     seq = training.pop("max_context_length", 2048)
     step = training.pop("num_tokens_per_train_step", -1)
@@ -694,3 +697,63 @@ def _optimizer(reader: Reader, value: Any) -> dict[str, Any]:
         if names:
             out["name"] = names.pop()
     return out
+
+
+# 73aed7f6c's token fields by the sequence-counted key a plan check may name (`plan_document`)
+TOKEN_FIELDS = {
+    "training.local_batch_size": "training.num_tokens_per_microbatch_per_dp_rank",
+    "parallelism.pipeline_parallel_microbatch_size": "training.num_tokens_per_microbatch_per_dp_rank",
+    "training.global_batch_size": "training.num_tokens_per_train_step",
+    "training.seq_len": "training.max_context_length",
+}
+
+
+def lines_function(reader: Reader) -> str:
+    """The function a plan file's statements make: ppb's printed lines (assignments on `config`, no function)
+    read as the body of one on a default `Trainer.Config`; a file with functions as `config_function`."""
+    if reader.functions:
+        return reader.config_function(None)
+    body = [node for node in reader.tree.body if not isinstance(node, ast.Import | ast.ImportFrom)]
+    head = ast.parse("config = Trainer.Config()\n").body
+    tail = [ast.Return(value=ast.Name(id="config", ctx=ast.Load()))]
+    function = ast.FunctionDef(
+        name="<lines>",
+        args=ast.arguments([], [], None, [], [], None, []),
+        body=[*head, *body, *tail],
+        decorator_list=[],
+        returns=None,
+        type_params=[],
+    )
+    ast.fix_missing_locations(function)
+    reader.functions["<lines>"] = function
+    return "<lines>"
+
+
+def plan_document(text: str, where: str, release: Release) -> dict[str, Any]:
+    """A plan's config lines (ppb's, or a whole config function) as v0.2.2's TOML sections `ppb check --plan`
+    reads: parallelism, training (the token batch of 73aed7f6c in sequences) and activation_checkpoint."""
+    reader = Reader(text, where, release)
+    name = lines_function(reader)
+    config = reader.run(name)
+    reader.function = name if name != "<lines>" else ""
+    top = _checked(reader, config, "")
+    parallelism = _section(reader, top, "parallelism")
+    for key in (
+        "enable_sequence_parallel",
+        "enable_fsdp_symm_mem",
+        "spmd_backend",
+        "context_parallel_ptrr_mask_key",
+        "full_dtensor",
+        "hybridep_non_blocking_expert_capacity_factor",
+    ):
+        parallelism.pop(key, None)
+    fqns = parallelism.get("module_fqns_per_model_part")
+    if isinstance(fqns, list) and release.holds(_LM_HEAD):
+        parallelism["module_fqns_per_model_part"] = _lm_head_named(reader, fqns)
+    training = _section(reader, top, "training")
+    training.pop("disable_cuda_graphs", None)
+    if release.holds(_change(_TOKENS)):
+        _tokens(reader, training, parallelism, plan_only=True)
+    document = {"parallelism": parallelism, "training": training}
+    document["activation_checkpoint"] = _recompute(reader, top.get("activation_checkpoint", _DEFAULT))
+    return document
