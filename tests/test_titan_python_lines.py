@@ -30,6 +30,7 @@ from typing import Any
 import pytest
 
 from ppb_core.balance.torchtitan_plan import torchtitan, torchtitan_lines
+from ppb_core.chain.stages import torchtitan_headline
 from ppb_core.config.recompute import TorchtitanRecompute
 from ppb_core.config.run import FrameworkRelease, parse_run_config
 from ppb_core.errors import InputError
@@ -219,3 +220,10 @@ def test_expert_tensor_parallelism_is_refused_from_c4b409af2():
         parse_run_config(_moe_run("2026-04-30", None), "run.yaml")
     assert str(caught.value).startswith("run.yaml: parallel.etp: 2 (unset: tp)") and "c4b409af2" in str(caught.value)
     assert parse_run_config(_moe_run("2026-04-30", 1)).parallel.expert_tp == 1
+
+
+def test_the_chain_report_fences_python():
+    (key, block), *_ = torchtitan_headline(_said("2026-08-21"))
+    assert key == "torchtitan config (Python)" and "```python" in block and "SelectiveAC.Config()" in block
+    (key, block), *_ = torchtitan_headline(torchtitan(_result("selective"), OP, (2, 4), FrameworkRelease(), 2048))
+    assert key == "torchtitan job TOML" and "```toml" in block
