@@ -8,7 +8,8 @@ Read in pytorch/torchtitan:
   `selective_ac_option` ("'int' (e.g., 2) for every nth layer, or 'op'"), activation_checkpoint.py
   loses `_apply_layer_sac`; `mode = "selective"` is the per-op policy alone, and no field replaces the
   every-N-th setting (its PP integration tests that relied on it switch to `mode full`).
-v0.2.2 (2026-02-20) predates both: unset, ppb prints v0.2.2's TOML as before.
+v0.2.2 (2026-02-20) predates both: unset, ppb prints v0.2.2's TOML as before; from 9810191bb its Python
+config lines (`torchtitan_python`, tests/test_titan_python_lines.py).
 """
 
 from __future__ import annotations
@@ -116,7 +117,7 @@ def test_the_keys_as_each_release_names_them():
     assert activation_checkpoint({"FULL"}, OP, {"name": "full", "num_layers": 0}, later) == ({"mode": "full"}, None)
 
 
-def test_a_release_reading_no_toml_prints_no_toml():
+def test_a_release_reading_no_toml_prints_python_lines():
     # PP 2, layers 0-1 | 2-3 under full: v0.2.2 prints the job TOML
     grid = [[{"FULL": 2}, {"FULL": 2}]]
     full = {"name": "full", "num_layers": 0}
@@ -125,21 +126,23 @@ def test_a_release_reading_no_toml_prints_no_toml():
     assert old is not None and old["lines"][:2] == ["[parallelism]", "pipeline_parallel_degree = 2"]
     assert "[activation_checkpoint]" in old["lines"] and 'mode = "full"' in old["lines"] and "note" not in old
     assert torchtitan(_result(grid, full), OP, (1, 2), FrameworkRelease(torchtitan="2026-02-22")) == old
-    # from 9810191bb: no lines; the split and keys stay in the section, the note says why
+    # from 9810191bb: the same split and keys as assignments on the config (test_titan_python_lines)
     new = torchtitan(_result(grid, full), OP, (1, 2), FrameworkRelease(torchtitan="2026-02-23"))
-    assert new is not None and new["lines"] is None and new["module_fqns_per_model_part"] == fqns
-    assert new["activation_checkpoint"] == {"mode": "full"} and new["recompute_expressible"]
-    assert new["note"].startswith("torchtitan 2026-02-23 reads no job TOML (from 9810191bb")
-    # an every-3rd plan from 114151ad4 on: both reasons, the recompute not expressible
+    assert new is not None and new["format"] == "python" and new["module_fqns_per_model_part"] == fqns
+    assert new["activation_checkpoint"] == {"mode": "full"} and new["recompute_expressible"] and "note" not in new
+    assert 'config.activation_checkpoint.mode = "full"' in new["lines"]
+    # an every-3rd plan from 114151ad4 on: the split only, the recompute not expressible
     mixed = [[{"NONE": 2, "FULL": 1}, {"NONE": 2, "FULL": 1}]]
     said = torchtitan(
         _result(mixed, {"name": "every", "num_layers": 3}), None, None, FrameworkRelease(torchtitan="2026-08-21")
     )
-    assert said is not None and said["lines"] is None and said["activation_checkpoint"] is None
-    assert not said["recompute_expressible"] and "no job TOML" in said["note"] and "114151ad4" in said["note"]
+    assert said is not None and said["activation_checkpoint"] is None and "batch" not in said
+    assert not said["recompute_expressible"] and "114151ad4" in said["note"]
+    assert not any("activation_checkpoint" in line for line in said["lines"])
     # PP 1 the same
     one = torchtitan(_result([[{"SLCT": 4}]]), OP, (1, 2), FrameworkRelease(torchtitan="2026-03-23"))
-    assert one is not None and one["lines"] is None and one["activation_checkpoint"] == {"mode": "selective"}
+    assert one is not None and one["lines"][-1] == 'config.activation_checkpoint.mode = "selective"'
+    assert one["activation_checkpoint"] == {"mode": "selective"}
 
 
 def test_the_balancer_offers_no_every_nth_setting_from_114151ad4():
@@ -174,4 +177,4 @@ def test_a_later_release_s_plan_is_one_setting_it_runs():
     later = plans["2026-03-23"]
     assert later["recompute_setting"]["name"] in ("none", "full")
     assert all(len([n for n in cell["options"].values() if n]) == 1 for row in later["cells"] for cell in row)
-    assert later["torchtitan"]["lines"] is None and later["torchtitan"]["recompute_expressible"]
+    assert later["torchtitan"]["format"] == "python" and later["torchtitan"]["recompute_expressible"]

@@ -181,8 +181,16 @@ def import_torchtitan(text: str, gpus: int | None, device: str, where: str = "<j
         raise InputError(where, None, f"not TOML: {err}") from None
     if not document:  # torchtitan would train its debugmodel on every default: not what a job file means
         raise InputError(where, None, "holds no keys: an empty torchtitan job")
+    return import_document(document, gpus, device, where)
+
+
+def import_document(
+    document: dict[str, Any], gpus: int | None, device: str, where: str, notes: list[str] | None = None
+) -> Imported:
+    """`import_torchtitan` of a job's sections as the TOML parser gives them (`torchtitan_pyconfig` says a
+    Python config function in them); *notes* the lines said before."""
     toml = _Toml(document, where)
-    notes: list[str] = []
+    notes = [] if notes is None else notes
     job = document.get("job")
     custom = isinstance(job, dict) and bool(job.get("custom_config_module"))
     for section in document:

@@ -26,9 +26,10 @@
 
 `ppb import torchtitan` (`torchtitan_import`) reads these lines back to the same split.
 
-A run stating a torchtitan release from 9810191bb (2026-02-23) gets no lines, torchtitan reading no job TOML
-from then (`NO_TOML`); from 114151ad4 (2026-03-23) the op policy is `mode = "selective"` with no option key,
-and an every-N-th plan's recompute is not expressible (`NO_EVERY`).
+A run stating a torchtitan release from 9810191bb (2026-02-23) gets the same split, recompute and batch as
+Python assignments on its `Trainer.Config` (`torchtitan_python`; `format` python), torchtitan reading no job
+TOML from then; from 114151ad4 (2026-03-23) the op policy is `mode = "selective"` with no option key, and an
+every-N-th plan's recompute is not expressible (`NO_EVERY`).
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from ppb_core.balance.torchtitan_python import batch_fields, config_lines, python_fqns
 from ppb_core.balance.torchtitan_settings import op_policy, toml_keys
 from ppb_core.config.run import FrameworkRelease, RunConfig
 
@@ -49,12 +51,6 @@ LAYERS_PER_STAGE_OUT = (
     "against the schedule before it reads the parts above"
 )
 
-# torchtitan from 9810191bb (2026-02-23, #2386, config/manager.py `ConfigManager`; releases
-# `torchtitan_config_registry`) reads no job TOML: a job is a config_registry function with CLI overrides
-NO_TOML = (
-    "torchtitan {release} reads no job TOML (from 9810191bb, 2026-02-23: a job is a config_registry function "
-    "with CLI overrides): set the plan's module_fqns_per_model_part and activation_checkpoint in yours"
-)
 # torchtitan from 114151ad4 (2026-03-23, #2357; releases `torchtitan_op_sac_only`): no every-N-th-block setting
 NO_EVERY = (
     "torchtitan {release} has no every-N-th-block setting (selective_ac_option gone in 114151ad4, 2026-03-23): "
@@ -122,17 +118,56 @@ def torchtitan(
     recompute: Any,
     batch: tuple[int, int] | None = None,
     release: FrameworkRelease | None = None,
+    seq_length: int | None = None,
 ) -> dict[str, Any] | None:
     """The `torchtitan` section of a balance result (None unless the problem is a torchtitan run's; at
     PP 1 its `[activation_checkpoint]` only), from the result's `input` and `cells`; *recompute* is the
     run's `training.recompute`, *batch* its (micro-batch size, data-parallel degree): without it the
     lines say no batch; *release* its `framework_release` (unset: v0.2.2): a release reading no TOML
-    gets no lines, the keys in the section and why in its note."""
-    said = _toml(result, recompute, batch, release or FrameworkRelease())
-    if said is None or not (release and release.holds("torchtitan_config_registry")):
+    gets its Python config lines instead (`torchtitan_python`, `format` python), whose token batch
+    (from 73aed7f6c) needs the run's *seq_length*."""
+    release = release or FrameworkRelease()
+    said = _toml(result, recompute, batch, release)
+    if said is None or not release.holds("torchtitan_config_registry"):
         return said
-    note = NO_TOML.format(release=release.torchtitan)
-    return {**said, "lines": None, "note": f"{note}; {said['note']}" if said.get("note") else note}
+    return _python(result, said, batch, release, seq_length)
+
+
+def _python(
+    result: Mapping[str, Any],
+    said: dict[str, Any],
+    batch: tuple[int, int] | None,
+    release: FrameworkRelease,
+    seq_length: int | None,
+) -> dict[str, Any]:
+    """`torchtitan`'s section as a release reading Python configs (from 9810191bb) says it: the TOML's
+    split, recompute and batch as assignments on `config` (`torchtitan_python.config_lines`)."""
+    note = said.get("note")
+    if "module_fqns_per_model_part" not in said:  # a split no config says (V placement, GPipe chunks, MTP)
+        return {**said, "format": "python", "note": (note or "").replace("torchtitan's TOML", "torchtitan's config")}
+    given = result["input"]
+    fqns = said["module_fqns_per_model_part"]
+    fqns = None if fqns is None else python_fqns(fqns, release)
+    fields = {} if batch is None or fqns is None else batch_fields(*_sized(batch, given), seq_length, release)
+    pipeline = None if fqns is None else (given["stages"], SCHEDULE_NAMES[given["schedule"]], fqns)
+    ac = said["activation_checkpoint"]
+    out: dict[str, Any] = {
+        "format": "python",
+        "lines": None if ac is None and pipeline is None else config_lines(release, ac, pipeline, fields),
+        "module_fqns_per_model_part": fqns,
+        "activation_checkpoint": ac,
+        "recompute_expressible": said["recompute_expressible"],
+    }
+    if fields:
+        out["batch"] = {name: value for name, (_, value) in fields.items()}
+    if note is not None:
+        out["note"] = note
+    return out
+
+
+def _sized(batch: tuple[int, int], given: Mapping[str, Any]) -> tuple[int, int, int]:
+    """(micro-batch size, micro-batches a step, data-parallel degree)."""
+    return batch[0], given["micro_batches"], batch[1]
 
 
 def _toml(
@@ -209,9 +244,8 @@ def _unsplit(result: Mapping[str, Any], recompute: Any, release: FrameworkReleas
 def add_torchtitan(result: dict[str, Any], run: RunConfig) -> None:
     """The `torchtitan` section into a balance result of a torchtitan *run* (`ppb balance`, `ppb check`'s
     optimum, the chain's plan), beside `megatron`; nothing for any other."""
-    said = torchtitan(
-        result, run.training.recompute, (run.training.micro_batch_size, run.parallel.dp), run.framework_release
-    )
+    batch = (run.training.micro_batch_size, run.parallel.dp)
+    said = torchtitan(result, run.training.recompute, batch, run.framework_release, run.training.seq_length)
     if said is not None:
         result["torchtitan"] = said
 
@@ -220,12 +254,11 @@ def torchtitan_lines(said: Mapping[str, Any]) -> list[str]:
     """What `ppb balance` prints of the section: what runs as it stands first."""
     lines: list[str] = []
     if said.get("lines"):
+        what = "torchtitan config (Python)" if said.get("format") == "python" else "torchtitan job TOML"
         if said.get("recompute_expressible"):
-            lines.append("torchtitan job TOML:")
+            lines.append(f"{what}:")
         else:  # the split under the run's own [activation_checkpoint] is not the plan and need not fit
-            lines.append(
-                "torchtitan job TOML, the plan's split only, NOT runnable alone (it leaves out the plan's recompute):"
-            )
+            lines.append(f"{what}, the plan's split only, NOT runnable alone (it leaves out the plan's recompute):")
         lines += [f"  {line}" for line in said["lines"]]
     if said.get("note"):
         lines.append(f"  ({said['note']})")

@@ -1,5 +1,7 @@
 """A torchtitan job TOML read back as a plan for `ppb check --plan`: the lines `ppb balance` prints
-(`torchtitan_plan`) or a user's whole job TOML.
+(`torchtitan_plan`) or a user's whole job TOML; for a release from 9810191bb, its Python config lines
+(`torchtitan_python`, `ppb search -o`'s `.torchtitan.py`) or a whole config function, said in the same
+sections (`torchtitan_pyconfig.plan_document`).
 
 * the split: `[parallelism] module_fqns_per_model_part` (read as `ppb import torchtitan` reads it),
   one part a cell in model order, chunk by chunk (pipeline_module_split's "loop" style), else the split
@@ -29,7 +31,9 @@ from ppb_core.balance.torchtitan_import import (
     schedule_of,
     torchtitan_split,
 )
+from ppb_core.balance.torchtitan_pyconfig import TOKEN_FIELDS, plan_document, python_release
 from ppb_core.config.recompute import TorchtitanRecompute, resolve
+from ppb_core.config.releases import CHANGES, TORCHTITAN
 from ppb_core.config.run import RunConfig
 from ppb_core.errors import InputError
 from ppb_core.io import read_text
@@ -37,12 +41,37 @@ from ppb_core.model.switches import OPTIONS
 
 
 def from_torchtitan(problem: BalanceInput, path: Path, run: RunConfig | None) -> Plan:
-    """The plan a torchtitan job TOML at *path* states, for *problem* (the run config's)."""
+    """The plan a torchtitan job TOML at *path* states, for *problem* (the run config's); a `.py` file: the
+    Python config lines of a release from 9810191bb (`ppb balance`'s, or a whole config function), read
+    at the run config's `framework_release.torchtitan` (`torchtitan_pyconfig.plan_document`)."""
     where = str(path)
+    if path.suffix == ".py":
+        release = run.framework_release.of(TORCHTITAN) if run is not None else python_release(None)
+        if not release.holds(CHANGES["torchtitan_config_registry"]):
+            said = "Python config lines are torchtitan's from 9810191bb; the run config's framework_release.torchtitan"
+            raise InputError(where, None, f"{said} is older (a job TOML)")
+        document = plan_document(read_text(path), where, release)
+        if not release.holds(CHANGES["torchtitan_token_batch"]):
+            return _from_document(problem, document, where, run)
+        try:
+            return _from_document(problem, document, where, run)
+        except InputError as err:  # the batch checked in sequences: named by the token field that set it
+            if err.field not in TOKEN_FIELDS:
+                raise
+            said = f"{err.problem} (in {document['training'].get('seq_len', 2048)}-token sequences)"
+            field = TOKEN_FIELDS[err.field]
+            if err.field == "training.local_batch_size" and problem.stages > 1:  # b · m: b already matched
+                field = "parallelism.num_pp_microbatches"
+            raise InputError(where, field, said) from None
     try:
         document = tomllib.loads(read_text(path))
     except tomllib.TOMLDecodeError as err:
         raise InputError(where, None, f"not TOML: {err}") from None
+    return _from_document(problem, document, where, run)
+
+
+def _from_document(problem: BalanceInput, document: dict, where: str, run: RunConfig | None) -> Plan:
+    """`from_torchtitan` of the job's sections."""
     toml = _Toml(document, where)
     parallelism = toml.table("parallelism")
     key = "parallelism.module_fqns_per_model_part"
@@ -138,17 +167,22 @@ def _same_degrees(toml: _Toml, parallelism: dict, run: RunConfig) -> None:
 
 
 def _same_batch(toml: _Toml, run: RunConfig, micro_batches: int) -> None:
-    """Refuse a stated batch other than the run config's b-sized micro-batches, m a step, on dp ranks."""
+    """Refuse a stated batch other than the run config's b-sized micro-batches, m a step, on dp ranks. Without
+    PP the m micro-batches are accumulation steps of `local_batch_size` b (train.py: global // (local · dp))
+    and torchtitan reads no micro-batch size (`ppb search -o`'s PP 1 files say local b; until session 32 they
+    were refused here for local b · m)."""
     b, dp = run.training.micro_batch_size, run.parallel.dp
+    pipelined = run.parallel.pp > 1
     parallelism, training = toml.table("parallelism"), toml.table("training")
     micro_key = "pipeline_parallel_microbatch_size"
     if micro_key not in parallelism and not {"local_batch_size", "global_batch_size"} & set(training):
         return  # no batch stated: the lines of a plan, priced at the run config's
     # job_config.py's defaults for what is not stated: micro-batch 1, local 8, global -1 (local × dp)
     local = _stated(toml, training, "training", "local_batch_size", 8)
+    micro = _stated(toml, parallelism, "parallelism", micro_key, 1) if pipelined else b
     stated = {
-        f"parallelism.{micro_key}": (_stated(toml, parallelism, "parallelism", micro_key, 1), b),
-        "training.local_batch_size": (local, b * micro_batches),
+        f"parallelism.{micro_key}": (micro, b),
+        "training.local_batch_size": (local, b * micro_batches if pipelined else b),
         "training.global_batch_size": (
             _stated(toml, training, "training", "global_batch_size", -1, least=-1),
             b * micro_batches * dp,
@@ -160,7 +194,7 @@ def _same_batch(toml: _Toml, run: RunConfig, micro_batches: int) -> None:
                 toml.where,
                 key,
                 f"{value}; the run config prices {micro_batches} micro-batches of {b} on dp {dp} "
-                f"(micro-batch {b}, local {b * micro_batches}, global {b * micro_batches * dp})",
+                f"(micro-batch {b}, local {b * micro_batches if pipelined else b}, global {b * micro_batches * dp})",
             )
 
 

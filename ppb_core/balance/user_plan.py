@@ -82,7 +82,10 @@ def _read_plan(
             return from_mindformers(standalone, document, str(path), run), "mindformers", mtp_cell
         if not os.path.exists(path):
             raise InputError(plan, None, "no such file (and not Megatron-LM flags)")
-        if path.suffix.lower() == ".toml":  # torchtitan's plan lines (`ppb balance`'s) or a whole job TOML
+        if path.suffix.lower() == ".toml" or (
+            path.suffix == ".py" and run is not None and run.framework == "torchtitan"
+        ):
+            # torchtitan's plan lines (`ppb balance`'s) or a whole job TOML; from 9810191bb its Python config lines
             if run is not None and run.framework != "torchtitan":
                 raise InputError(str(path), None, f"a torchtitan job TOML; the run's framework is {run.framework}")
             return from_torchtitan(problem, path, run), "torchtitan", None

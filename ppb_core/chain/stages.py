@@ -400,10 +400,12 @@ def megatron_headline(said: Mapping[str, Any]) -> list[tuple[str, str]]:
 
 def torchtitan_headline(said: Mapping[str, Any]) -> list[tuple[str, str]]:
     """The report's torchtitan lines (a torchtitan run's plan): the job TOML to paste, as a TOML block
-    (`balance.torchtitan_plan`), or why it is not said."""
+    (`balance.torchtitan_plan`; a release configured in Python: its config lines, a Python block), or why it
+    is not said."""
     if not said.get("lines"):
         return [("torchtitan", said["note"])] if said.get("note") else []
-    runnable = said.get("recompute_expressible")
-    key = "torchtitan job TOML" if runnable else "torchtitan job TOML, the plan's split only, NOT runnable alone"
-    block = "\n".join(["", "", "  ```toml", *(f"  {line}" for line in said["lines"]), "  ```"])
+    python = said.get("format") == "python"
+    what, fence = ("torchtitan config (Python)", "python") if python else ("torchtitan job TOML", "toml")
+    key = what if said.get("recompute_expressible") else f"{what}, the plan's split only, NOT runnable alone"
+    block = "\n".join(["", "", f"  ```{fence}", *(f"  {line}" for line in said["lines"]), "  ```"])
     return [(key, block)] + ([("torchtitan cannot say the plan", said["note"])] if said.get("note") else [])

@@ -283,13 +283,14 @@ def imports(parser: argparse.ArgumentParser) -> None:
         "framework",
         type=import_framework,
         choices=("megatron", "torchtitan"),
-        help="whose launch: megatron (Megatron-LM's pretrain_gpt.py) or torchtitan (a job TOML)",
+        help="whose launch: megatron (Megatron-LM's pretrain_gpt.py) or torchtitan (a job TOML, or a config "
+        "function's Python file)",
     )
     parser.add_argument(
         "launch",
         metavar="LAUNCH",
         help="megatron: a launch script, or the flags (or the whole command line) as one quoted text; torchtitan: "
-        "the job's TOML file",
+        "the job's TOML file, or (from 9810191bb) the .py file of its config function",
     )
     parser.add_argument(
         "--gpus",
@@ -316,6 +317,19 @@ def imports(parser: argparse.ArgumentParser) -> None:
         metavar="RELEASE",
         help="megatron: the Transformer Engine release run, a version (v2.4) or the commit's date; written as "
         "framework_release.transformer_engine (default: d0067d0d)",
+    )
+    parser.add_argument(
+        "--config",
+        metavar="FUNCTION",
+        dest="config_function",
+        help="torchtitan .py: the config function to read, as torchtitan's --config names it (default: the file's "
+        "one function returning Trainer.Config)",
+    )
+    parser.add_argument(
+        "--torchtitan-release",
+        metavar="RELEASE",
+        help="torchtitan .py: the torchtitan commit's date (YYYY-MM-DD) whose config classes the file is read with, "
+        "written as framework_release.torchtitan (default: 2026-02-23, 9810191bb, the first configured in Python)",
     )
     parser.add_argument(
         "--name", help="the run config's name (default: the file's name without its suffix; megatron-launch for flags)"
@@ -425,7 +439,10 @@ price is refused in one line naming the flag, and nothing is written.
 
 For torchtitan, LAUNCH is the job's TOML (train.py --job.config_file), read with torchtitan v0.2.2's
 defaults and its model flavors (llama3, deepseek_v3, qwen3); the same rules hold, naming the TOML
-key (a key or section torchtitan does not have is refused). -o makes the folders it names.""",
+key (a key or section torchtitan does not have is refused). From 9810191bb (2026-02-23) torchtitan
+reads a Python config function instead (--module, --config): LAUNCH is then its .py file, parsed
+without running it (literal values only), the function named by --config and its classes' fields
+those of --torchtitan-release. -o makes the folders it names.""",
         arguments=imports,
     ),
     "search": Command(

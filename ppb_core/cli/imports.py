@@ -15,6 +15,7 @@ import yaml
 from ppb_core import limits
 from ppb_core.balance.megatron_import import Imported, import_megatron, run_config_of
 from ppb_core.balance.torchtitan_import import import_torchtitan, torchtitan_run_config
+from ppb_core.balance.torchtitan_pyconfig import python_release, read_config
 from ppb_core.config.releases import parse_release
 from ppb_core.errors import InputError
 from ppb_core.io import atomic_write_text, check_output, read_text
@@ -33,6 +34,9 @@ def run(args: argparse.Namespace) -> int:
     source: str = args.launch
     if args.framework == "torchtitan":
         return _torchtitan(args, source)
+    for option, value in (("--config", args.config_function), ("--torchtitan-release", args.torchtitan_release)):
+        if value is not None:
+            raise InputError(None, option, "is torchtitan's: a Megatron-LM launch states its own")
     if not source.strip():
         raise InputError(None, "LAUNCH", "is empty: give Megatron-LM flags (--...) or a launch script")
     pasted = not os.path.exists(source) and " --" in source  # a command line: `torchrun ... pretrain_gpt.py --...`
@@ -94,6 +98,16 @@ def _torchtitan(args: argparse.Namespace, source: str) -> int:
             raise InputError(None, option, "is Megatron's: torchtitan's version is said in its timing fields")
     if not os.path.exists(source):
         raise InputError(source, None, "no such file (a torchtitan job TOML)")
+    if Path(source).suffix == ".py":  # a config function (from 9810191bb), read without running it
+        release = python_release(args.torchtitan_release)
+        imported = read_config(read_text(source), source, args.config_function, release, args.gpus, args.device)
+        imported.raw["name"] = args.name or args.config_function or Path(source).stem
+        torchtitan_run_config(imported, source)
+        return _write(args, imported, "field")
+    for option, value in (("--config", args.config_function), ("--torchtitan-release", args.torchtitan_release)):
+        if value is not None:
+            said = "reads a config function's .py file (torchtitan from 9810191bb); a job TOML is v0.2.2's"
+            raise InputError(None, option, said)
     imported = import_torchtitan(read_text(source), args.gpus, args.device, source)
     imported.raw["name"] = args.name or Path(source).stem
     torchtitan_run_config(imported, source)  # every check before anything is written

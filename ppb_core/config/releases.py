@@ -361,6 +361,43 @@ CHANGES: dict[str, Change] = {
         "distributed/activation_checkpoint.py), no every-N-th-block setting in its place; before, "
         "`selective_ac_option = N` checkpointed a rank's blocks N, 2N, ... (`_apply_layer_sac`)",
     ),
+    "torchtitan_lm_head": Change(
+        TORCHTITAN,
+        "786e26f8e",
+        "2026-04-27",
+        (0, 3),
+        "the decoder's output projection is the module `lm_head` (#2937, models/common/decoder.py; "
+        "distributed/pipeline_parallel.py `_generate_llm_fqn_per_model_part` puts `norm`, `lm_head` last); "
+        "before, `output`",
+    ),
+    "torchtitan_no_etp": Change(
+        TORCHTITAN,
+        "c4b409af2",
+        "2026-04-30",
+        (0, 3),
+        "expert tensor parallelism is gone (#3167: the `etp` mesh axis and config/configs.py "
+        "`expert_tensor_parallel_degree` removed), the experts of an expert-parallel run unsharded by TP; before, "
+        "etp 1 or TP",
+    ),
+    "torchtitan_ac_policy_classes": Change(
+        TORCHTITAN,
+        "c5d93d109",
+        "2026-06-15",
+        (0, 3),
+        "activation checkpointing is a policy class chosen by the config's type (#3674, "
+        "distributed/activation_checkpoint.py: `Trainer.Config.activation_checkpoint` is `SelectiveAC.Config`, "
+        "`FullAC.Config`, `MemoryBudgetAC.Config` or None); before, config/configs.py `ActivationCheckpointConfig` "
+        "and its `mode`",
+    ),
+    "torchtitan_token_batch": Change(
+        TORCHTITAN,
+        "73aed7f6c",
+        "2026-08-20",
+        (0, 3),
+        "the batch is counted in tokens (#4121, config/configs.py): `training.num_tokens_per_microbatch_per_dp_rank`, "
+        "`num_tokens_per_train_step`, `max_context_length` and `parallelism.num_pp_microbatches` replace "
+        "`local_batch_size`, `global_batch_size`, `seq_len` and `pipeline_parallel_microbatch_size`",
+    ),
     "torchtitan_fused_qkv": Change(
         TORCHTITAN,
         "3396a4b37",

@@ -2194,6 +2194,21 @@ def _check_layer_sac(run: RunConfig, where: str) -> None:
         )
 
 
+def _check_titan_etp(run: RunConfig, where: str) -> None:
+    """torchtitan from c4b409af2 (2026-04-30, #3167; releases `torchtitan_no_etp`) has no expert tensor
+    parallelism: an expert-parallel run of that code with its experts TP-sharded asks for what it cannot run."""
+    par = run.parallel
+    if run.framework != "torchtitan" or par.ep <= 1 or par.expert_tp <= 1:
+        return
+    if run.framework_release.holds("torchtitan_no_etp"):
+        raise InputError(
+            where,
+            "parallel.etp",
+            f"{par.expert_tp} (unset: tp): torchtitan {run.framework_release.torchtitan} has no expert tensor "
+            "parallelism (expert_tensor_parallel_degree gone in c4b409af2, 2026-04-30): set parallel.etp 1",
+        )
+
+
 def _check_run(run: RunConfig, where: str) -> None:
     par, train = run.parallel, run.training
     release = run.framework_release
@@ -2214,6 +2229,7 @@ def _check_run(run: RunConfig, where: str) -> None:
             where, "training.recompute", f"{said} are {words}'s words; this run's framework is {run.framework}"
         )
     _check_layer_sac(run, where)
+    _check_titan_etp(run, where)
     check_timing_words(run.framework, run.timing, where, flash_attention=train.flash_attention)
     check_mesh(run.device, par.devices_per_node, where)
     _check_tp_comm_overlap(run, where)

@@ -61,6 +61,10 @@ class Geometry:
     # torchtitan's GQA attention projects Q, K and V with one `wqkv` linear (`FusedQKVLinear`, its main from
     # 3396a4b37: `framework_release.torchtitan`, releases `torchtitan_fused_qkv`); False: wq, wk, wv apart
     fused_qkv: bool = False
+    # torchtitan's per-op checkpointing saves by one central list from 114151ad4 (activation_checkpoint.py
+    # `_get_save_ops`: torch's compute-intensive ops, addmm among them, and all_to_all_single for every model;
+    # releases `torchtitan_op_sac_only`); False: each model's own `_op_sac_save_list` (v0.2.2)
+    central_save_list: bool = False
 
     def __post_init__(self) -> None:
         if self.cp_variant not in CP_VARIANTS:
@@ -85,6 +89,8 @@ class Geometry:
             "flash_attention": train.flash_attention,
             "routing_factor": run.routed_share,
             "fused_qkv": run.framework == "torchtitan" and run.framework_release.holds("torchtitan_fused_qkv"),
+            "central_save_list": run.framework == "torchtitan"
+            and run.framework_release.holds("torchtitan_op_sac_only"),
         }
 
     @classmethod

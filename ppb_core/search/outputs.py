@@ -26,7 +26,9 @@ and MindFormers files, a torchtitan search its TOML besides):
 * `NN-<name>.torchtitan.toml`, for a torchtitan search's strategy: the job-TOML lines of its plan
   (`[parallelism]` degree, schedule and `module_fqns_per_model_part` where PP > 1, `[activation_checkpoint]`),
   as `ppb balance` prints them (`balance.torchtitan_plan`), which `ppb import torchtitan` reads back to
-  the plan's split; the plan.json carries them as `torchtitan`, as `ppb balance`'s JSON does;
+  the plan's split; the plan.json carries them as `torchtitan`, as `ppb balance`'s JSON does. A search stating a
+  torchtitan release from 9810191bb (configured by Python functions) writes `NN-<name>.torchtitan.py` instead:
+  the same as assignments on the function's `Trainer.Config` (`balance.torchtitan_python`);
 
 and `search.json`, the result with its details (`ppb search --json`'s keys, and each entry's name, HFU,
 time breakdown, headroom, uniform split and bound, every count and the places proven; no wall-clock time,
@@ -43,6 +45,8 @@ import yaml
 
 from ppb_core.balance.outputs import MINDFORMERS_CP_ALGO, interleave_keys
 from ppb_core.balance.torchtitan_plan import torchtitan
+from ppb_core.balance.torchtitan_python import HEAD_LINE, accumulation_lines, degree_lines
+from ppb_core.config.run import FrameworkRelease
 from ppb_core.io import write_files
 from ppb_core.search.enumerate import Refusal, Strategy, validate
 from ppb_core.search.plan_config import PlanFields, apply_plan, comment, plan_fields
@@ -161,7 +165,9 @@ def result_json(result: SearchResult, details: bool = False) -> dict[str, Any]:
 # what `_entry_files` writes for each ranked strategy, after its `NN-<name>` stem: these two, and the framework's
 # file (`FRAMEWORK_SUFFIX`)
 FRAMEWORK_SUFFIX = {"megatron": ".megatron.txt", "mindformers": ".mindformers.yaml", "torchtitan": ".torchtitan.toml"}
-ENTRY_SUFFIXES = (".yaml", ".plan.json", *FRAMEWORK_SUFFIX.values())
+# a torchtitan release configured in Python (from 9810191bb: `torchtitan_python`) gets its lines as a .py
+TORCHTITAN_PYTHON_SUFFIX = ".torchtitan.py"
+ENTRY_SUFFIXES = (".yaml", ".plan.json", *FRAMEWORK_SUFFIX.values(), TORCHTITAN_PYTHON_SUFFIX)
 
 
 def whole_plan_suffix(spec: SearchSpec, chain: bool = False) -> str:
@@ -255,10 +261,43 @@ def torchtitan_said(spec: SearchSpec, entry: Ranked) -> dict[str, Any] | None:
     run = validate(spec, entry.strategy)
     assert not isinstance(run, Refusal)  # it was ranked
     batch = (run.training.micro_batch_size, run.parallel.dp)
-    said = torchtitan(entry.plan, run.training.recompute, batch, run.framework_release)
+    said = torchtitan(entry.plan, run.training.recompute, batch, run.framework_release, run.training.seq_length)
     if said is None or not said.get("lines"):
         return said
+    if said.get("format") == "python":
+        return {**said, "lines": python_with_degrees(spec, entry.strategy, said["lines"], run.framework_release)}
     return {**said, "lines": with_degrees(spec, entry.strategy, said["lines"])}
+
+
+def _degrees(spec: SearchSpec, strategy: Strategy) -> dict[str, int]:
+    """The strategy's `[parallelism]` degrees in torchtitan's names (`with_degrees`)."""
+    s = strategy
+    shard = s.fsdp or s.zero >= 1
+    degrees = {
+        "data_parallel_replicate_degree": 1 if shard else s.dp,
+        "data_parallel_shard_degree": s.dp if shard else 1,
+        "tensor_parallel_degree": s.tp,
+        "context_parallel_degree": s.cp,
+    }
+    if spec.moe:
+        degrees |= {"expert_parallel_degree": s.ep, "expert_tensor_parallel_degree": s.etp}
+    return degrees
+
+
+def python_with_degrees(spec: SearchSpec, strategy: Strategy, lines: list[str], release: FrameworkRelease) -> list[str]:
+    """`with_degrees` for a release configured in Python (`torchtitan_python`): the degrees as assignments
+    after the lines' head comment and, at PP 1, the batch (`accumulation_lines`) last."""
+    head = lines.index(HEAD_LINE) + 1
+    degrees = degree_lines(_degrees(spec, strategy), release)
+    pipelined = any(line.startswith("config.parallelism.pipeline_parallel_degree") for line in lines)
+    batch = (
+        []
+        if pipelined
+        else accumulation_lines(
+            strategy.micro_batch_size, strategy.micro_batches, strategy.dp, spec.seq_length, release
+        )
+    )
+    return [*lines[:head], *degrees, *lines[head:], *batch]
 
 
 def with_degrees(spec: SearchSpec, strategy: Strategy, lines: list[str]) -> list[str]:
@@ -269,14 +308,7 @@ def with_degrees(spec: SearchSpec, strategy: Strategy, lines: list[str]) -> list
     world is dp_replicate · dp_shard · cp · tp · pp; FSDP2 shards over dp_shard (× cp), DDP replicates over
     dp_replicate; train.py: gradient_accumulation_steps = global_batch_size // (local_batch_size · dp)."""
     s = strategy
-    shard = s.fsdp or s.zero >= 1
-    degrees = [
-        f"data_parallel_replicate_degree = {1 if shard else s.dp}",
-        f"data_parallel_shard_degree = {s.dp if shard else 1}",
-        f"tensor_parallel_degree = {s.tp}",
-        f"context_parallel_degree = {s.cp}",
-        *([f"expert_parallel_degree = {s.ep}", f"expert_tensor_parallel_degree = {s.etp}"] if spec.moe else []),
-    ]
+    degrees = [f"{name} = {value}" for name, value in _degrees(spec, strategy).items()]
     if lines and lines[0] == "[parallelism]":  # PP > 1: the plan's pipeline keys, its batch already there
         return [lines[0], *degrees, *lines[1:]]
     batch = [  # PP 1: a step of m micro-batches is m accumulation steps of local_batch_size each
@@ -321,7 +353,8 @@ def _entry_files(spec: SearchSpec, entry: Ranked, folder: Path, stem: str) -> di
         texts[f"{stem}.mindformers.yaml"] = mindformers_text(spec, entry)
     else:
         assert titan is not None  # a torchtitan search's
-        texts[f"{stem}.torchtitan.toml"] = torchtitan_text(titan)
+        python = spec.framework_release.holds("torchtitan_config_registry")
+        texts[f"{stem}{TORCHTITAN_PYTHON_SUFFIX if python else '.torchtitan.toml'}"] = torchtitan_text(titan)
     return {folder / name: text.encode() for name, text in texts.items()}
 
 

@@ -3194,8 +3194,9 @@ def op_policy_rerun(ops: Sequence[Op], kind: BodyKind, geometry: Geometry) -> tu
     (`ppb_core.memory.frameworks.torchtitan.op_policy_saves`: every second `aten.mm` of the block
     counted in forward order, wq 1, wk 2, wv 3, wo 4, w1 5, w3 6, w2 7 in a Llama block, wqkv 1, wo 2,
     w1 3, w3 4, w2 5 where the run's commit fuses the projections (`OpGeometry.fused_qkv`); a linear
-    with a bias, `aten.addmm`, neither), and the expert all-to-alls where the model's list holds
-    `all_to_all_single` (`saves_all_to_all`: DeepSeek-V3, not Qwen3). Everything else runs again:
+    with a bias, `aten.addmm`, not counted, saved from 114151ad4's central list only), and the expert
+    all-to-alls where the list holds `all_to_all_single` (`saves_all_to_all`: DeepSeek-V3, not Qwen3 before
+    114151ad4; every model from it). Everything else runs again:
     the rest of the matmuls (an op of ppb's table cut to its recomputed share, `_policy_op_parts`),
     the routed experts (`torch._grouped_mm`, not in the list), the norms, the rotary embedding, the
     activations and products, the router's top-k and the permutations, the residual adds, and the
@@ -3206,7 +3207,7 @@ def op_policy_rerun(ops: Sequence[Op], kind: BodyKind, geometry: Geometry) -> tu
         if saved:
             for op_name, share in parts[name]:
                 saved_share[op_name] = saved_share.get(op_name, 0.0) + share
-    keeps_all_to_all = isinstance(kind.mlp, Moe) and saves_all_to_all(kind)
+    keeps_all_to_all = isinstance(kind.mlp, Moe) and saves_all_to_all(kind, geometry)
     rerun: list[Op] = []
     for op in ops:
         if op.category == MATMUL:

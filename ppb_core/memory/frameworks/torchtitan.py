@@ -20,7 +20,9 @@ Each rule names the file and function it follows; docs/frameworks.md tabulates t
   torchtitan/models/llama3/infra/parallelize.py `_op_sac_save_list` (`aten.mm`, the SDPA kernels,
   `reduce_scatter_tensor`, ...), except every second `aten.mm` of the block
   (`meta[mm_count_key] % 2 == 0`), and recomputes everything else. A linear with a bias runs
-  `aten.addmm`, which the policy neither saves nor counts.
+  `aten.addmm`, which the policy neither saves nor counts. From 114151ad4 (2026-03-23, #2357; a run
+  stating such a commit: `Geometry.central_save_list`) one central list replaces the models' (`_get_save_ops`):
+  torch's compute-intensive ops (addmm saved, uncounted) and `all_to_all_single` for every model.
 * **FSDP2** (torch/distributed/fsdp/_fully_shard, applied by parallelize.py `apply_fsdp`): every
   block, the embedding, and the final norm with the output layer are `fully_shard` units. The
   sharded parameters are fp32 (the model is built in fp32; `MixedPrecisionPolicy(param_dtype=
@@ -294,8 +296,11 @@ def op_policy_saves(kind: BodyKind, geometry: Geometry) -> dict[str, bool]:
     """Each matmul of the block (by its `_block_ops` name, forward order) and whether `_apply_op_sac`
     takes its output from the forward: a bias-free matmul (`aten.mm`) is counted and the odd ones
     (1st, 3rd, ...) are saved (`meta[mm_count_key] % 2 == 0` recomputes the even ones); a matmul
-    with a bias (`aten.addmm`) is neither saved nor counted. The one rule both the memory model
-    (`op_policy_terms`) and the time model (`ppb_core.timing.flops.op_policy_rerun`) follow."""
+    with a bias (`aten.addmm`) is not counted, and not saved by v0.2.2's per-model lists (no addmm in
+    them) but saved by the central list from 114151ad4 (`Geometry.central_save_list`: `_get_save_ops`
+    takes torch's `get_default_op_list().compute_intensive_ops`, which holds aten.addmm, as MUST_SAVE; only
+    mm and linear alternate). The one rule both the memory model (`op_policy_terms`) and the time model
+    (`ppb_core.timing.flops.op_policy_rerun`) follow."""
     saves: dict[str, bool] = {}
     count = 0
     for name, _elements, bias in _block_ops(kind, geometry):
@@ -303,15 +308,17 @@ def op_policy_saves(kind: BodyKind, geometry: Geometry) -> dict[str, bool]:
             continue
         if not bias:
             count += 1
-        saves[name] = not bias and count % 2 == 1
+        saves[name] = geometry.central_save_list if bias else count % 2 == 1
     return saves
 
 
-def saves_all_to_all(kind: BodyKind) -> bool:
-    """Whether the model's save list holds `_c10d_functional.all_to_all_single` (the expert-parallel
-    dispatch and combine): DeepSeek-V3's, Llama 4's and gpt-oss's do (their infra/parallelize.py
-    `_op_sac_save_list`), Qwen3's does not; ppb tells Qwen3 (GQA with qk norms) from the others."""
-    return kind.attention.is_mla or not kind.attention.qk_norm
+def saves_all_to_all(kind: BodyKind, geometry: Geometry) -> bool:
+    """Whether the save list holds `_c10d_functional.all_to_all_single` (the expert-parallel dispatch and
+    combine): v0.2.2's DeepSeek-V3, Llama 4 and gpt-oss lists do (their infra/parallelize.py
+    `_op_sac_save_list`), Qwen3's does not (ppb tells Qwen3, GQA with qk norms, from the others); from
+    114151ad4 the one central list holds it for every model (activation_checkpoint.py `_get_save_ops`'s
+    comm_ops, `Geometry.central_save_list`)."""
+    return geometry.central_save_list or kind.attention.is_mla or not kind.attention.qk_norm
 
 
 def op_policy_terms(kind: BodyKind, setup: MemorySetup) -> tuple[ActivationTerm, ...]:
@@ -339,7 +346,7 @@ def op_policy_terms(kind: BodyKind, setup: MemorySetup) -> tuple[ActivationTerm,
                 terms.append(ActivationTerm("attention.softmax_output", None, scores, bc))
         elif saves[name]:
             terms.append(ActivationTerm(name, None, elements, bc))
-    if isinstance(mlp, Moe) and setup.ep > 1 and saves_all_to_all(kind):
+    if isinstance(mlp, Moe) and setup.ep > 1 and saves_all_to_all(kind, setup):
         rows = routed_rows(mlp, setup)
         terms.append(ActivationTerm("moe.dispatched_tokens", None, rows * kind.hidden_size, bc))
         terms.append(ActivationTerm("moe.combined_tokens", None, rows * kind.hidden_size, bc))
