@@ -44,6 +44,7 @@ from _nemo import (
     _BF16_MOMENTS,
     _COMMON_TIMING,
     _ROUTER,
+    _SINKS_NOTE,
     CUDNN_2604,
     KIMI_K2,
     QWEN3_30B_A3B,
@@ -209,7 +210,7 @@ def _gpt_oss_120b_gb200() -> dict[str, Any]:
         "ms": 4995.630,
         "notes": (
             "routing balanced (forced)",
-            "the attention sinks' softmax offset priced as plain flash attention",
+            _SINKS_NOTE,
             "the window at cuDNN 9.22's measured GB200 window-128 rate (sm100)",
         ),
     }
@@ -483,7 +484,7 @@ def _gpt_oss_120b_gb300_mxfp8() -> dict[str, Any]:
         "notes": (
             *_PAGED_STASH_NOTES,
             "the LM head's MXFP8 GEMM (fp8_output_proj) priced in 16 bits",
-            "the attention sinks' softmax offset priced as plain flash attention",
+            _SINKS_NOTE,
         ),
     }
 
@@ -577,7 +578,7 @@ def _gpt_oss_h100_functional(label: str, gpus: int, pp: int, ep: int) -> dict[st
 _GPT_OSS_NOTES = (
     _NATURAL,
     *_FUNCTIONAL,
-    "the attention sinks' softmax offset priced as plain flash attention",
+    _SINKS_NOTE,
     "no load-balancing loss (GPTOSSBridge: moe_router_load_balancing_type none) under natural routing",
 )
 

@@ -760,6 +760,10 @@ def nemo_2604_rows() -> list[dict[str, Any]]:
 # preset leaves BASE_GPT_OSS_120B_CONFIG's micro_batch_size 1, as 26.04's H100 row states; and MBS 4 does not
 # fit an H100 under ppb's memory (stage 0 at 99,626 MiB of 81,559; MBS 1: 53,589). Its GB200 row runs sequence
 # 8192 at MBS 1 and GBS 1280 against the preset's 4096, 4 and 512: not taken.
+# Attention sinks run in cuDNN's fused attention (TE's nvte_get_fused_attn_backend from cuDNN 9.13.1, every GPT-OSS
+# row's container at or past it; cudnn-frontend scaled_dot_product_flash_attention.h: the sink's gradient beside the
+# backward's dO·O reduction), at its rates without them: no cuDNN measurement with a sink token is public.
+_SINKS_NOTE = "the attention sinks at cuDNN's fused attention rates without them (no measurement with sinks)"
 NEMO_2604_GPT_OSS = f"{NEMO_2604}, GPT OSS 120B"
 NEMO_2511_GPT_OSS = f"{NEMO}, GPT OSS 120B"
 
@@ -848,7 +852,7 @@ def nemo_gpt_oss_rows() -> list[dict[str, Any]]:
                 "seconds": gbs * 4096 / (tps * gpus),
                 "assumptions": (
                     "routing balanced (forced)",
-                    "the attention sinks' softmax offset priced as plain flash attention",
+                    _SINKS_NOTE,
                     "the window at cuDNN 9.22's measured GB200 window-128 rate (sm100), the causal rule on H100",
                     *assumptions,
                 ),
@@ -1042,7 +1046,7 @@ def nemo_ultra_rows() -> list[dict[str, Any]]:
         raw["timing"].update(_te_graphs("attn", *_ROUTER))
         row = _ultra_row(label, raw, 64, 1280, tps, "26.04")
         # BF16: none of `_row`'s FP8 assumptions; the GPT-OSS group's own (`nemo_gpt_oss_rows`)
-        notes = ("routing balanced (forced)", "the attention sinks' softmax offset priced as plain flash attention")
+        notes = ("routing balanced (forced)", _SINKS_NOTE)
         rows.append({**row, "assumptions": (*_ULTRA_NOTES, *_NOTES_2604, *notes)})
     for label, kind, gbs, mbs, tps in _ULTRA_2511_ROWS:
         recipe = "mxfp8" if "MXFP8" in label else "tensorwise"

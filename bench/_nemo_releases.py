@@ -36,6 +36,7 @@ from _nemo import (
     _DEEPSEEK_ASSUMPTIONS,
     _LLAMA3_8B,
     _ROUTER,
+    _SINKS_NOTE,
     QWEN3_30B_A3B,
     QWEN3_235B_A22B,
     _deepseek_layout,
@@ -347,7 +348,7 @@ _GPT_OSS_2606_ROWS: tuple[tuple[Any, ...], ...] = (
 )
 _GPT_OSS_NOTES = (
     "routing balanced (forced)",
-    "the attention sinks' softmax offset priced as plain flash attention",
+    _SINKS_NOTE,
     "the window at cuDNN 9.22's measured GB200 window-128 rate (sm100), the causal rule on H100",
 )
 

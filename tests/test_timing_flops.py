@@ -703,9 +703,11 @@ def test_gpt_oss_experts_fc2_bias_is_megatron_s_per_expert_loop():
     # weighted_bias_quick_geglu_impl's eager clamp (fused_bias_geglu.py, 2edffadb52) between fc1 and the fused
     # activation: E = 16,384 rows · 2880 = 47,185,920 elements a half; forward the two clamps and the cat, 8
     # passes of 2 bytes = 754,974,720, 4 launches (the offset's H2D copy one); backward the clamps' masks and
-    # wheres, 7 passes of 2 bytes and 8 of 1 = 22 bytes an element = 1,038,090,240, 8 launches
+    # wheres, 7 passes of 2 bytes and 8 of 1, then the chunk's gradient joined (autograd's SplitBackward0 is an
+    # aten::cat, torch 2.13: read both halves, write both, 4 passes of 2 bytes) = 30 bytes an element =
+    # 1,415,577,600, 9 launches
     clamp = ops["experts_clamp"]
-    assert (clamp.bytes, clamp.backward_bytes, clamp.launches) == (754_974_720, 1_038_090_240, (4.0, 8.0))
+    assert (clamp.bytes, clamp.backward_bytes, clamp.launches) == (754_974_720, 1_415_577_600, (4.0, 9.0))
     assert (clamp.inputs, ops["experts_act"].inputs, clamp.switch) == (("experts_in",), ("experts_clamp",), "ffAct")
     # the offset's `torch.tensor(linear_offset, device=...)` is a blocking copy (PyTorch `memcpy_and_sync`): one sync
     assert (clamp.syncs, ops["experts_act"].syncs) == (1, 0)
@@ -718,15 +720,15 @@ def test_gpt_oss_experts_fc2_bias_is_megatron_s_per_expert_loop():
 
 
 def test_gpt_oss_clamp_is_priced_at_the_strided_eager_share():
-    # the clamp above (H100, 3,350 GB/s): 754,974,720 bytes at 0.515 of the peak forward = 0.4376 ms, 1,038,090,240
-    # at 0.603 backward = 0.5139 ms (kernels.STRIDED_EAGER_SHARE), not at the fused share 0.8 (0.2817 / 0.3873 ms);
+    # the clamp above (H100, 3,350 GB/s): 754,974,720 bytes at 0.515 of the peak forward = 0.4376 ms, 1,415,577,600
+    # at 0.603 backward = 0.7008 ms (kernels.STRIDED_EAGER_SHARE), not at the fused share 0.8 (0.2817 / 0.5282 ms);
     # plus each kernel's fixed GPU time, H100's 1.6 µs (cudnn-frontend's H200 RMSNorm sweep): the clamp's 4
-    # kernels forward (two clamps, the limit's tensor, ...) and 8 backward (`_glu_clamp`'s launches)
+    # kernels forward (two clamps, the limit's tensor, ...) and 9 backward (`_glu_clamp`'s launches)
     run = spec_run(GPT_OSS_MOE_LAYER, s=4096, dp=8, ep=8)
     clamp = next(op for op in ops_of(run) if op.name == "experts_clamp")
     model = TimeModel(run)
     assert model._phase_s(clamp, "forward") == pytest.approx(754_974_720 / (3350e9 * 0.515) + 4 * 1.6e-6)
-    assert model._phase_s(clamp, "backward") == pytest.approx(1_038_090_240 / (3350e9 * 0.603) + 8 * 1.6e-6)
+    assert model._phase_s(clamp, "backward") == pytest.approx(1_415_577_600 / (3350e9 * 0.603) + 9 * 1.6e-6)
 
 
 def test_gpt_oss_fc2_bias_under_hybridep_runs_in_fp32():

@@ -1473,6 +1473,22 @@ class RunConfig(StrictModel):
         )
 
     @property
+    def attention_sinks(self) -> bool:
+        """Whether a model's attention has sinks: a learnable logit per head in every softmax (GPT-OSS; Megatron's
+        softmax_type "learnable", which Megatron-Bridge's GPTOSSBridge sets)."""
+        return any(isinstance(s, ModelSpec) and s.attention_sinks for s in self.specs.values())
+
+    @property
+    def te_attention_backend_run(self) -> str:
+        """The attention backend TransformerEngine runs under Megatron's --attention-backend
+        (`timing.te_attention_backend`): auto with attention sinks is cuDNN's FusedAttention on any GPU, since
+        `get_attention_backend` drops FlashAttention for any softmax_type but vanilla (TE v2.9 and v2.14
+        transformer_engine/pytorch/attention/dot_product_attention/utils.py, "Filter: Softmax type"); what
+        cuDNN release runs it is `_check_attention_sinks`'s."""
+        backend = self.timing.te_attention_backend
+        return "fused" if backend == "auto" and self.framework == "megatron" and self.attention_sinks else backend
+
+    @property
     def rope_fused(self) -> bool:
         """Whether Megatron's rotary runs TransformerEngine's fused kernel (time): `apply_rope_fusion`
         (--no-rope-fusion off), unless `yarn_unfused_rope`."""
@@ -2014,6 +2030,49 @@ def _check_fp8_attention(run: RunConfig, where: str) -> None:
         raise InputError(where, field, "TE's FP8 attention with attention sinks needs sm100 and cuDNN 9.21")
 
 
+# The first cuDNN whose F16 arbitrary-seqlen SDPA takes a softmax offset (attention sinks): TransformerEngine's
+# common/fused_attn/fused_attn.cpp `nvte_get_fused_attn_backend` ("pre-9.13.1: vanilla; 9.13.1+: vanilla, off-by-one,
+# learnable", TE v2.9 and v2.14); cudnn-frontend's SDPA node refuses a sink token before 9.13
+# (scaled_dot_product_flash_attention.h, 3929da2), computing the sink's gradient beside its dO·O reduction.
+CUDNN_SINKS = (9, 13, 1)
+
+
+def _check_attention_sinks(run: RunConfig, where: str) -> None:
+    """What TransformerEngine runs attention sinks with under Megatron (`RunConfig.te_attention_backend_run`):
+    cuDNN's FusedAttention from `CUDNN_SINKS`, else UnfusedDotProductAttention under --attention-backend auto
+    (`get_attention_backend`'s "Filter: Softmax type" keeps those two, FlashAttention never). Megatron's flash
+    backend sets NVTE_FLASH_ATTN=1, NVTE_FUSED_ATTN=0, NVTE_UNFUSED_ATTN=0 and its fused backend NVTE_FUSED_ATTN=1
+    alone (language_module.py `_set_attention_backend`, 2edffadb52), leaving no backend where neither qualifies:
+    TE raises ("No dot product attention backend is available"), ppb refuses it. The unfused core before
+    cuDNN 9.13.1 is ppb's training.flash_attention false; with it true ppb refuses rather than price a flash
+    kernel that does not run. A release that names no patch at 9.13 is taken as qualifying."""
+    timing, train = run.timing, run.training
+    te = run.framework == "megatron" and timing.transformer_impl == "transformer_engine"
+    if not te or not run.attention_sinks or not train.flash_attention:
+        return
+    backend = timing.te_attention_backend
+    if backend == "flash":
+        said = (
+            "flash runs no attention sinks: TE drops FlashAttention for a softmax offset and Megatron's flash "
+            "backend turns the fused and unfused cores off (no backend left); use auto or fused"
+        )
+        raise InputError(where, "timing.te_attention_backend", said)
+    if timing.cudnn_release is None:
+        return
+    parts = tuple(int(part) for part in timing.cudnn_release.split(".")[:3])
+    older = parts[:2] < CUDNN_SINKS[:2] or (parts[:2] == CUDNN_SINKS[:2] and len(parts) > 2 and parts[2] < 1)
+    if not older:
+        return
+    if backend == "fused":
+        said = "cuDNN runs attention sinks from 9.13.1: TE's fused backend alone leaves no backend before it"
+    else:
+        said = (
+            "cuDNN runs attention sinks from 9.13.1: before it TE runs UnfusedDotProductAttention "
+            "(set training.flash_attention false, or a newer release)"
+        )
+    raise InputError(where, "timing.cudnn_release", said)
+
+
 def _check_fused_experts(run: RunConfig, where: str) -> None:
     """What Megatron-Core and TransformerEngine run under the op fuser, the rank capacity and the paged stash, and
     what ppb prices of it, each refused in one line. Megatron-LM d98e8a64 experts.py `TEGroupedMLP.__init__`
@@ -2236,6 +2295,7 @@ def _check_run(run: RunConfig, where: str) -> None:
     check_fused_determinism(run.framework, run.timing, run.device, run.training.seq_length, where)
     _check_float8_gather(run, where)
     _check_fp8_attention(run, where)
+    _check_attention_sinks(run, where)
     _check_fused_experts(run, where)
     for index, sub in enumerate(run.models):
         if sub.recompute is not None and not isinstance(train.recompute, dict):

@@ -163,7 +163,7 @@ class MemorySetup(Geometry):
             wgrad_deferral_limit=train.wgrad_deferral_limit,
             micro_batches=train.micro_batches,
             deterministic=run.timing.attention_deterministic,
-            te_attention_backend=run.timing.te_attention_backend if run.framework == "megatron" else "auto",
+            te_attention_backend=run.te_attention_backend_run if run.framework == "megatron" else "auto",
             optimizer=train.optimizer,
             offload_modules=tuple(train.offload_modules),
             min_offloaded_elements=train.min_offloaded_tensor_size,

@@ -1877,10 +1877,13 @@ def _glu_clamp(name: str, block: str, geo: OpGeometry, rows: float, width: int, 
     host-to-device copy): 8 passes of rows × width elements, 4 launches. Backward (PyTorch's `clamp_backward`):
     the gate's `where(x <= max, grad, 0)` (a comparison writing a bool mask, a zero scalar made on the device,
     the `where`), the linear half's `where((x >= min).logical_and_(x <= max), grad, 0)` (two comparisons, the
-    and, the scalar, the `where`); the cat's backward is slices: 7 passes of bc and 8 of a byte an element, 8
-    launches. Rerun with the activation under `moe_act` recompute (`ffAct`). Every one of these kernels reads or
-    writes a half of the row through a `chunk` view, not contiguous: at the share of HBM PyTorch's eager
-    kernels reach over such halves (`strided`, `kernels.STRIDED_EAGER_SHARE`).
+    and, the scalar, the `where`); the cat's backward is slices; then the `chunk` (a `split`) joins its two
+    halves' gradients into fc1's output gradient: autograd's `SplitBackward0` is `split_backward`, an `at::cat`
+    (read both halves, write both; torch 2.13 profiled on the CPU: `aten::cat` under `SplitBackward0`): 11
+    passes of bc and 8 of a byte an element, 9 launches. Rerun with the activation under `moe_act` recompute
+    (`ffAct`). Every one of these kernels reads or writes a half of the row through a `chunk` view, not
+    contiguous: at the share of HBM PyTorch's eager kernels reach over such halves (`strided`,
+    `kernels.STRIDED_EAGER_SHARE`).
 
     The offset's copy synchronizes the host with the GPU (`syncs`), forward and rerun: `torch.tensor(data,
     device=...)` builds the scalar in pageable host memory and moves it with a blocking `.to(device)`
@@ -1890,8 +1893,8 @@ def _glu_clamp(name: str, block: str, geo: OpGeometry, rows: float, width: int, 
     the host waits for every kernel queued before it, the clamp's included, and launches what follows onto
     an idle GPU (`host.dispatcher_wait_s`)."""
     elements, bc = rows * width, geo.dtype_bytes
-    op = _elementwise(name, block, 8 * elements * bc, elements * (7 * bc + 8), switch="ffAct", inputs=inputs)
-    return dataclasses.replace(op, launches=(4.0, 8.0), syncs=1, strided=True)
+    op = _elementwise(name, block, 8 * elements * bc, elements * (11 * bc + 8), switch="ffAct", inputs=inputs)
+    return dataclasses.replace(op, launches=(4.0, 9.0), syncs=1, strided=True)
 
 
 def _clamped_activation(ops: list[Op], moe: Moe, geo: OpGeometry, rows: float, p: str) -> list[Op]:

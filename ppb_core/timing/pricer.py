@@ -328,7 +328,7 @@ class TimeModel:
             run.timing.transformer_impl == "transformer_engine",
             fused_norm=run.timing.norm_type != "rmsnorm",
             sdpa_backend=run.timing.sdpa_backend,
-            te_attention_backend=run.timing.te_attention_backend,
+            te_attention_backend=run.te_attention_backend_run,
             cudnn_release=run.timing.cudnn_version,
             fp8_attention_recipe=run.timing.fp8_recipe if run.timing.fp8_dot_product_attention else None,
         )
@@ -343,7 +343,7 @@ class TimeModel:
                 run.timing.attention_deterministic,
                 fused_norm=run.timing.norm_type != "rmsnorm",
                 sdpa_backend=run.timing.sdpa_backend,
-                te_attention_backend=run.timing.te_attention_backend,
+                te_attention_backend=run.te_attention_backend_run,
                 cudnn_release=run.timing.cudnn_version,
             )
             if run.timing.matmul_dtype == "fp8"
