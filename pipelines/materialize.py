@@ -142,9 +142,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     for key in keys:
         if key not in found:
             named = key if key.endswith((".yaml", ".yml")) else run_configs.path(key)
+            if key.endswith((".yaml", ".yml")) and Path(key).is_file():  # a run config outside the folder
+                error(
+                    f"{key}: not under {run_configs.directory()}, the run configs' folder: copy it there, or set "
+                    f"{CONFIG_DIR_ENV} to its folder"
+                )
+                return EXIT_BAD_INPUT
             error(
                 f"{named}: no such run config: give a file stem under {run_configs.directory()} "
-                f"(found: {', '.join(found) or 'none'})"
+                f"(found: {', '.join(found) or 'none'}; {CONFIG_DIR_ENV} sets the folder)"
             )
             return EXIT_BAD_INPUT  # before the instance is made: nothing written
     if not Path(home).exists():  # a new instance, set as the project's (telemetry off, one solve at a time)

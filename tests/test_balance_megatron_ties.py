@@ -77,6 +77,9 @@ def test_what_is_printed_first_is_the_alternative_whole() -> None:
     report = megatron_headline(said)
     assert report[0] == ("Megatron-LM", f"`{said['flags']}`")
     assert report[2] == ("the plan's own layout, NOT runnable alone (no recompute)", f"`{said['layout_only']}`")
+    # with the flags' own iteration (`plan_iterations`' `megatron_iteration`), the report says it beside them
+    priced = megatron_headline(said, {"seconds": 4.5389})
+    assert priced[1] == (report[1][0], f"{report[1][1]}: iteration 4.539 s")
 
 
 def test_the_report_calls_a_note_beside_the_plans_own_flags_advice_not_a_refusal() -> None:

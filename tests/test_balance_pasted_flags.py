@@ -66,6 +66,13 @@ def test_deepseek_v3_leads_with_what_megatron_can_run(capsys: pytest.CaptureFixt
     assert said["flags_of"] == "alternative" and "--recompute-granularity" in said["flags"]
     # the plan's layout alone runs no recompute: ppb check finds a stage out of memory
     assert _check(capsys, config, said["layout_only"]) == 1
+    # the iteration printed for those flags is what `ppb check` prices them at, read back from the flags (its own
+    # path: Megatron-LM's words parsed, the layout and the block recompute placed): until session 32 only the
+    # plan's 43.7 s was priced, the flags' own (54.3 s) never said
+    assert main(["check", str(config), "--plan", said["flags"], "--no-optimum", "--json"]) == 0
+    checked = json.loads(capsys.readouterr().out)["iteration"]["seconds"]
+    assert result["megatron_iteration"]["seconds"] == pytest.approx(checked, rel=1e-9)
+    assert result["megatron_iteration"]["seconds"] > result["iteration"]["seconds"]
 
 
 def test_the_printed_layout_says_which_launch_flags_it_replaces(capsys: pytest.CaptureFixture[str]) -> None:

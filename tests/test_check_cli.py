@@ -722,3 +722,29 @@ def test_a_mindformers_yaml_of_another_context_parallel_algorithm_is_one_line(
         )
     else:
         assert code in (0, 1), captured.err
+
+
+def test_the_optimum_megatron_cannot_say_is_beside_what_its_flags_run(capsys, tmp_path: Path) -> None:
+    """configs/llama3-8b.yaml with 62000 MB reserved (19,559 usable): the optimum mixes NONE, SLCT and FULL per
+    layer, which Megatron-Core cannot say (one setting for every layer), so the flags printed are the fastest
+    plan it can say. Until session 32 only the optimum's iteration and "N× yours" were said, not what the
+    printed flags run; now `megatron_iteration_s`, which `ppb check` of those very flags prices the same (a path
+    of its own: the flags parsed), and the speedup over the user's plan by it."""
+    text = (CONFIGS / "llama3-8b.yaml").read_text()
+    text = text.replace("config: hf/llama3-8b.json", f"config: {CONFIGS / 'hf' / 'llama3-8b.json'}")
+    run = tmp_path / "tight.yaml"
+    run.write_text(text.replace("reserved_mb: 4000", "reserved_mb: 62000"))
+    mine = "--recompute-granularity full --recompute-method uniform --recompute-num-layers 1"
+    code, out = _check(capsys, run, mine, "-q")
+    assert code == 0
+    optimum = out["optimum"]
+    assert optimum["megatron_flags_of"] == "alternative"
+    code, theirs = _check(capsys, run, optimum["megatron"], "--no-optimum")
+    assert code == 0
+    assert optimum["megatron_iteration_s"] == pytest.approx(theirs["iteration"]["seconds"], rel=1e-9)
+    assert optimum["megatron_speedup"] == pytest.approx(out["iteration"]["seconds"] / theirs["iteration"]["seconds"])
+    assert optimum["megatron_peak_mb"] == pytest.approx(max(stage["peak_mb"] for stage in theirs["stages"]))
+    assert optimum["iteration_s"] < optimum["megatron_iteration_s"]  # the optimum mixes what Megatron cannot say
+    assert main(["check", str(run), "--plan", mine, "-q"]) == 0
+    said = capsys.readouterr().out
+    assert f"these flags run: iteration {optimum['megatron_iteration_s']:,.3f} s" in said

@@ -136,6 +136,23 @@ def test_an_unknown_run_config_is_one_line_and_makes_no_instance(tmp_path: Path)
     assert not (tmp_path / "home").exists() and not (tmp_path / "storage").exists()
 
 
+def test_a_run_config_outside_the_folder_says_how_to_build_it(tmp_path: Path) -> None:
+    """A user's own run config elsewhere (`python -m pipelines ~/runs/l70b.yaml`) was "no such run config" with the
+    shipped names listed; it exists, so the line says the folder it must be in and PPB_CONFIG_DIR."""
+    configs = tmp_path / "configs"
+    configs.mkdir()
+    mine = tmp_path / "elsewhere" / "mine.yaml"
+    mine.parent.mkdir()
+    mine.write_text("models: []\n")
+    done = run(tmp_path, str(mine), configs=configs)
+    assert done.returncode == 2 and done.stdout == ""
+    assert done.stderr.splitlines() == [
+        f"python -m pipelines: error: {mine}: not under {configs}, the run configs' folder: copy it there, or set "
+        "PPB_CONFIG_DIR to its folder"
+    ]
+    assert not (tmp_path / "home").exists() and not (tmp_path / "storage").exists()
+
+
 def test_a_run_config_named_by_its_path_is_its_partition(tmp_path: Path) -> None:
     """`python -m pipelines configs/x.yaml`, as `ppb` takes it, names partition x (it was looked up
     as configs/configs/x.yaml.yaml); a yaml outside the folder is no partition."""

@@ -122,6 +122,26 @@ def test_the_closing_line_says_which_way_the_plan_goes(planned: float, uniform: 
     ]
 
 
+def test_the_closing_lines_say_what_megatrons_flags_run_where_the_plan_is_not_theirs() -> None:
+    """A Megatron plan whose recompute differs layer by layer is not Megatron-Core's to say; the flags printed
+    are the fastest plan it can say (`megatron_iteration_s`, `plan_iterations`' `megatron_iteration`). The
+    l70b run of qa32 (Llama 3 70B, TP4 PP4 VPP5): plan 15.971 s, its flags 16.640 s, uniform FULL 20.460 s:
+    20.460 / 15.971 = 1.281, 20.460 / 16.640 = 1.2296."""
+    frame = pd.DataFrame({"stage": [0], "peak_mb": [1024.0], "device_mb": [2048.0]})
+    summary = {
+        "iteration_s": 15.971,
+        "baseline_iteration_s": 20.460,
+        "baseline": "FULL",
+        "megatron_iteration_s": 16.640,
+    }
+    assert console_summary(Summarized(frame, summary), "r.md")[1:] == [
+        "plan: 15.971 s an iteration, 1.281× faster than the best uniform split (FULL everywhere, 20.460 s)",
+        "Megatron-LM's flags (the fastest plan it can say): 16.640 s an iteration, 1.230× faster than the best "
+        "uniform split",
+        "report: r.md",
+    ]
+
+
 def test_the_timeline_draws_a_collection_per_stage_and_kind_not_per_bar() -> None:
     """4 stages of 1F1B over 64 micro-batches: each stage runs 64 forwards and 64 backwards, the first
     0.1 of each backward recomputation, so 4 · 64 bars of each kind (768), drawn as 3 collections a

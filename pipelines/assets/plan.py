@@ -116,6 +116,7 @@ def plan_report(run_config: pd.DataFrame, pipeline_plan: Summarized):
                     for name, key in (
                         ("iteration_s", "iteration_s"),
                         ("best_uniform_iteration_s", "baseline_iteration_s"),
+                        ("megatron_flags_iteration_s", "megatron_iteration_s"),  # a plan Megatron cannot say
                     )
                     if stored.summary.get(key) is not None
                 },

@@ -88,6 +88,8 @@ def _runnable(result: dict[str, Any]) -> tuple[float, dict[str, Any]] | None:
             "objective": result["objective"],
             "status": result["status"],
             "peak_memory_mb": result.get("peak_memory_mb"),
+            "cells": result.get("cells"),
+            "mtp_cell": result.get("input", {}).get("mtp_cell"),
         }
     alternative = said.get("alternative")
     if alternative is not None and alternative.get("objective") is not None:

@@ -102,6 +102,9 @@ def report(
                 "status": solution.megatron_status,
                 "slower_by": value / plan.iteration_time - 1 if plan.iteration_time > 0 else None,
                 "peak_memory_mb": alternative.peak_memory_mb,
+                # its cells, so a run config's check and balance price what Megatron-LM runs in seconds
+                "cells": cells(alternative),
+                "mtp_cell": out["input"].get("mtp_cell"),
             }
         said = out["megatron"]
         if said.get("flags"):

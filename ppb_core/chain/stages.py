@@ -231,7 +231,7 @@ def plan_report(run_config: pd.DataFrame, pipeline_plan: Summarized) -> Summariz
     # a torchtitan run's plan is said in its job TOML, a MindFormers run's in the yaml keys above, as `ppb balance`
     # and `ppb check` say them: the report gave a torchtitan run `--pipeline-model-parallel-layout 'Et*32L'`
     if run.framework == "megatron":
-        headline += megatron_headline(plan.get("megatron", {}))
+        headline += megatron_headline(plan.get("megatron", {}), plan.get("megatron_iteration"))
     headline += torchtitan_headline(plan.get("torchtitan") or {})
     about = {
         "title": f"{run.name}: pipeline plan",
@@ -241,6 +241,10 @@ def plan_report(run_config: pd.DataFrame, pipeline_plan: Summarized) -> Summariz
         "iteration_s": plan.get("iteration", {}).get("seconds"),
         "baseline": plan.get("baseline_iteration", {}).get("option"),
         "baseline_iteration_s": plan.get("baseline_iteration", {}).get("seconds"),
+        # what the Megatron-LM flags printed run, where the plan is one Megatron-Core cannot say
+        "megatron_iteration_s": (plan.get("megatron_iteration") or {}).get("seconds")
+        if run.framework == "megatron"
+        else None,
         # the report's timeline picture: the plan's and the best uniform split's cell times, in seconds
         "timeline": plan.get("timeline"),
     }
@@ -368,10 +372,11 @@ def partition_key(path: str | Path) -> str:
     return Path(path).stem
 
 
-def megatron_headline(said: Mapping[str, Any]) -> list[tuple[str, str]]:
+def megatron_headline(said: Mapping[str, Any], priced: Mapping[str, Any] | None = None) -> list[tuple[str, str]]:
     """The report's Megatron-LM lines: the flags that run as they stand first (the plan's, or the
-    fastest plan Megatron-Core can say, with its cost); the plan's own layout alone, when Megatron
-    cannot say its recompute, marked as not runnable (`balance.megatron_text` says why)."""
+    fastest plan Megatron-Core can say, with its cost and, *priced*, its iteration: `plan_iterations`'
+    `megatron_iteration`); the plan's own layout alone, when Megatron cannot say its recompute, marked
+    as not runnable (`balance.megatron_text` says why)."""
     if not said.get("layout"):
         return []
     lines = []
@@ -382,7 +387,8 @@ def megatron_headline(said: Mapping[str, Any]) -> list[tuple[str, str]]:
         lines.append(
             (
                 "Megatron-LM flags are",
-                f"the fastest plan it can say ({alternative['setting']}), {alternative['slower_by']:.2%} slower",
+                f"the fastest plan it can say ({alternative['setting']}), {alternative['slower_by']:.2%} slower"
+                + (f": iteration {priced['seconds']:,.3f} s" if priced else ""),
             )
         )
     if said.get("layout_only"):

@@ -468,7 +468,8 @@ def render(result: dict[str, Any], solve_s: float) -> None:
     console.print(table)
     if result.get("speedup"):
         console.print(f"speedup over the best uniform split: {speedup_words(result)}")
-    for key, label in (("iteration", "plan"), ("baseline_iteration", "best uniform split")):
+    labels = (("iteration", "plan"), ("megatron_iteration", "Megatron-LM's flags above (the plan it can say)"))
+    for key, label in (*labels, ("baseline_iteration", "best uniform split")):
         if key in result:
             it = result[key]
             option = f" ({it['option']})" if "option" in it else ""

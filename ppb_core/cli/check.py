@@ -112,6 +112,18 @@ def check(args: argparse.Namespace) -> dict[str, Any]:
                     else {}
                 ),
             }
+            said = result["megatron"]
+            alternative = said.get("alternative") or {}
+            if run.framework == "megatron" and said.get("flags_of") == "alternative" and alternative.get("cells"):
+                # the plan's recompute is not Megatron-Core's to say: what the flags printed run, checked the same
+                apart = alternative.get("mtp_cell")
+                at = None if apart is None else (int(apart[0]), int(apart[1]))
+                runnable = check_plan(run, alternative["cells"], result["input"]["bodies"], at)
+                out["optimum"]["megatron_iteration_s"] = runnable.iteration_s
+                out["optimum"]["megatron_speedup"] = (
+                    evaluated.iteration_s / runnable.iteration_s if runnable.iteration_s > 0 else None
+                )
+                out["optimum"]["megatron_peak_mb"] = max(stage.peak_mb for stage in runnable.stages)
         else:
             out["optimum"] = {"status": result["status"], "message": result.get("message")}
     return out
@@ -221,7 +233,15 @@ def render(out: dict[str, Any]) -> None:
             f"select_comm_recompute {optimum['select_comm_recompute']}",
             soft_wrap=True,
         )
-        for line in [*optimum.get("megatron_lines", []), *optimum.get("torchtitan_lines", [])]:
+        lines = [*optimum.get("megatron_lines", []), *optimum.get("torchtitan_lines", [])]
+        if "megatron_iteration_s" in optimum:  # beside the flags it prices: the first line and its "(the fastest ...)"
+            versus = f"{optimum['megatron_speedup']:.3f}× yours" if not out.get("message") else "yours does not fit"
+            lines.insert(
+                2,
+                f"  these flags run: iteration {optimum['megatron_iteration_s']:,.3f} s, {versus}, "
+                f"peak {optimum['megatron_peak_mb']:,.0f} MB",
+            )
+        for line in lines:
             console.print("  " + escape(line), soft_wrap=True)
     elif optimum:
         said = f": {optimum['message']}" if optimum.get("message") else ""

@@ -137,7 +137,8 @@ def plan_iterations(run: RunConfig, plan: Mapping[str, Any]) -> dict[str, Any]:
     """A balancer result's iteration in seconds, beside its best uniform baseline's.
 
     `iteration` prices the plan's cells, `baseline_iteration` the uniform split under the best
-    feasible baseline's option (`ppb_core.timing.iteration.run_iteration`).
+    feasible baseline's option (`ppb_core.timing.iteration.run_iteration`), and `megatron_iteration`,
+    where the flags printed for Megatron-LM are the fastest plan it can say rather than the plan, that one.
     """
     sized = sized_like(run, plan.get("input", {}))
     times, memory = TimeModel(sized), MemoryModel(sized)
@@ -154,6 +155,11 @@ def plan_iterations(run: RunConfig, plan: Mapping[str, Any]) -> dict[str, Any]:
 
     if plan.get("cells"):
         out["iteration"] = priced(plan["cells"], mtp_cell)
+    said = plan.get("megatron") or {}
+    alternative = said.get("alternative") or {}
+    if run.framework == "megatron" and said.get("flags_of") == "alternative" and alternative.get("cells"):
+        # the plan's recompute is not Megatron-Core's to say: what its printed flags run, priced the same way
+        out["megatron_iteration"] = priced(alternative["cells"], alternative.get("mtp_cell"))
     best = plan.get("best_baseline")
     if best:
         baseline = next(b for b in plan["baselines"] if b["option"] == best)

@@ -272,6 +272,14 @@ def embedded_markdown(report: Summarized, files: Mapping[str, bytes] | None = No
     return files[".md"].decode().replace(link, f"](data:image/png;base64,{image})")
 
 
+def _gain(planned: float, uniform: float) -> str:
+    """The ratio of two iterations, said the way it goes: a plan the balancer found faster by its layer
+    times can come out slower by the whole time model (combined bodies)."""
+    gain = f"{uniform / planned:.3f}× faster than" if uniform >= planned else f"{planned / uniform:.3f}× slower than"
+    # "1.000×": the plan is the uniform split (configs/llama3.1-8b-torchtitan.yaml, PP 1)
+    return "as fast as" if gain.startswith("1.000×") else gain
+
+
 def console_summary(report: Summarized, report_path: str | Path) -> list[str]:
     """What a run says when it ends: whether each stage fits, the plan's iteration and gain, the report."""
     stages, about = report.frame, report.summary
@@ -282,16 +290,15 @@ def console_summary(report: Summarized, report_path: str | Path) -> list[str]:
     ]
     planned, uniform = about.get("iteration_s"), about.get("baseline_iteration_s")
     if planned and uniform:
-        # the ratio of the two iterations beside it, said the way it goes: a plan the balancer found
-        # faster by its layer times can come out slower by the whole time model (combined bodies)
-        gain = (
-            f"{uniform / planned:.3f}× faster than" if uniform >= planned else f"{planned / uniform:.3f}× slower than"
-        )
-        if gain.startswith("1.000×"):  # the plan is the uniform split (configs/llama3.1-8b-torchtitan.yaml, PP 1)
-            gain = "as fast as"
         lines.append(
-            f"plan: {planned:,.3f} s an iteration, {gain} the best uniform split "
+            f"plan: {planned:,.3f} s an iteration, {_gain(planned, uniform)} the best uniform split "
             f"({about.get('baseline')} everywhere, {uniform:,.3f} s)"
         )
+        runnable = about.get("megatron_iteration_s")
+        if runnable:  # the plan mixes recompute Megatron-Core cannot say: what the flags printed for it run
+            lines.append(
+                f"Megatron-LM's flags (the fastest plan it can say): {runnable:,.3f} s an iteration, "
+                f"{_gain(runnable, uniform)} the best uniform split"
+            )
     lines.append(f"report: {report_path}")
     return lines
