@@ -753,6 +753,12 @@ def test_the_pricer_adds_megatron_fsdp_s_unit_launches_to_each_transformer_layer
     assert after.host(body, *state).launch_backward - before.host(body, *state).launch_backward == pytest.approx(
         (2 + 2 * PLAIN_OP_SHARE) * launch_s
     )
+    # full recompute: the rerun's pre-forward hook gathers the bucket (its 1 launch among the rerun's), so the
+    # pre-backward hook's gather is not launched again: 2.8 - 1 + 1, the backward's host count as without recompute
+    full = (LayerType.FULL_REC_LAYER,)
+    assert after.host(body, *full).launch_backward - before.host(body, *full).launch_backward == pytest.approx(
+        (2 + 2 * PLAIN_OP_SHARE) * launch_s
+    )
     # the embedding is no FSDP unit: its module's buckets stay gathered (not counted)
     embedding = (LayerType.EMBEDDING_LAYER,)
     assert after.host(head, *embedding).launch_forward == pytest.approx(before.host(head, *embedding).launch_forward)

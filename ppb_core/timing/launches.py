@@ -546,7 +546,9 @@ def fsdp_unit_launches(ops: Sequence[Op], scaled: bool, plain_share: float = 1.0
       unless the gradients go unscaled (*scaled* false: --calculate-per-token-loss gives no scaling factor,
       --ddp-average-in-collective NCCL's AVG), `reduce_scatter_tensor`, and `local_buffer += grad_shard`
       into the local main-gradient shard.
-    A collective is a launch, the two element-wise ops plain PyTorch ops (*plain_share*). The per-parameter
+    A collective is a launch, the two element-wise ops plain PyTorch ops (*plain_share*). Under full recompute
+    the rerun's pre-forward hook makes the backward's gather (the pricer takes one off the backward: the rerun's
+    forward launches count it). The per-parameter
     main-gradient copy (`_grad_acc`: `main_grad.copy_(param.grad)`) is counted as DDP's add already
     (`op_launches`); the hooks' Python over each parameter (views, lookups) is not counted."""
     buckets = 2 if any(op.name.rsplit(".", 1)[-1].startswith("experts_") and op.gemm is not None for op in ops) else 1

@@ -1269,9 +1269,13 @@ class TimeModel:
                         plain_share=PLAIN_OP_SHARE if self.device.host_kernel_us else 1.0,
                     )
                     first = ops[0].name  # the pre-forward hook runs before it, the post-backward after its backward
+                    # full recompute reruns the layer's forward through its module call, hooks and all: the rerun's
+                    # pre-forward hook gathers the bucket the forward released, `_pre_backward` then finds it whole
+                    # (selective recompute reruns ops inside the layer, no hook)
+                    again = extra[0] if state == LayerType.FULL_REC_LAYER else 0.0
                     launches = dict(launches)
                     forward, backward = launches.get(first, (0.0, 0.0))
-                    launches[first] = (forward + extra[0], backward + extra[1])
+                    launches[first] = (forward + extra[0], backward + extra[1] - again)
                 parts = self.parts(layer, state, switches)
                 waits = layer_host_waits(
                     ops,
