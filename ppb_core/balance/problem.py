@@ -191,8 +191,9 @@ class BalanceInput:
     def options(self) -> tuple[str, ...]:
         return self.layers.options
 
-    @property
+    @cached_property
     def option_indices(self) -> tuple[int, ...]:
+        """The options' places in `OPTIONS` (kept: the stage listing asks for them per layer of every cell)."""
         return tuple(OPTIONS.index(option) for option in self.options)
 
     def fixed_time(self, kind: str, chunk: int, stage: int) -> float:

@@ -152,8 +152,9 @@ def _random_plan_times(problem: BalanceInput, rng: random.Random) -> tuple[list[
     sizes = dict.fromkeys(p.cells, 0)
     for cell in open_cells:
         sizes[cell] = 1
+    dealt = [c for c in p.cells if c not in p.closed_cells]
     for _ in range(len(layers) - len(open_cells)):
-        sizes[rng.choice([c for c in p.cells if c not in p.closed_cells])] += 1
+        sizes[rng.choice(dealt)] += 1
     index = 0
     for v, s in p.cells:
         for _ in range(sizes[(v, s)]):
@@ -684,10 +685,18 @@ def _torchtitan(
     passed: list[int] = []
     as_none: list[int] = []  # every N-th settings whose plans that could win recompute nothing
     no_split: list[int] = []  # every N-th settings whose plans all lose (`_every_nth_split`)
+    unfit: list[int] = []  # every N-th settings above one proven to fit no plan (`_more_blocks_hold_less`)
+    unfit_from: int | None = None  # the least N proven to fit no plan, where fewer FULL blocks hold more
+    monotone = _more_blocks_hold_less(problem)
+    # the none setting's search settled (proven optimal, or no plan fits): every plan of it is known to lose
+    none_settled = False
     for number, setting in enumerate(candidates, start=1):
         if clock.out:
             notes.append("torchtitan's settings: stopped by the time limit")
             break
+        if setting.rank_wide and unfit_from is not None and setting.num_layers > unfit_from:
+            unfit.append(setting.num_layers)
+            continue
         # which setting the solve is at, for the spinner (and a piped log's next line): a torchtitan run can try
         # 30 settings, several seconds each (Llama-3.1-8B PP 2 × 4 chunks at 55000 MB)
         at = report.within(f"torchtitan setting {number} of {len(candidates)}, {setting.describe()}")
@@ -695,12 +704,21 @@ def _torchtitan(
         shared = limits.scaled(1 / max(1, len(own if setting in own else candidates)))
         catalogue = Catalogue(problem, setting, ListingBudget(shared.listing_work, clock))
         bar = best[0].objective if best is not None and best[0].objective is not None else cutoff
-        if setting not in own and math.isfinite(bar):
+        if setting.rank_wide and math.isfinite(bar):
+            # proofs that no plan under it is taken (at one chunk a rank too: session 32, where 254 settings were
+            # each searched for a 256-layer model at PP 2)
             if not _every_nth_split(problem, setting.num_layers, bar * (1 + TOLERANCE)):
                 no_split.append(setting.num_layers)
                 cut = True
                 continue
-            if best is not None and _rank_layers_floor(problem, setting.num_layers) >= bar * (1 + TOLERANCE):
+            # the plans that could win are the none setting's: searched before at a larger share (several chunks
+            # a rank), or at the same share and settled (one chunk a rank, where the shares are equal and a
+            # work-limited search of the same plans could end elsewhere)
+            if (
+                best is not None
+                and (setting not in own or none_settled)
+                and _rank_layers_floor(problem, setting.num_layers) >= bar * (1 + TOLERANCE)
+            ):
                 as_none.append(setting.num_layers)
                 cut = True
                 continue
@@ -713,6 +731,13 @@ def _torchtitan(
                 cut = True
                 continue
         found = _solve(problem, catalogue, exact, shared, clock, at, tie_break=True, setting=setting, cutoff=bar)
+        if found.plan is None and found.status == "infeasible":  # proven: no plan fits under it
+            none_settled |= setting.name == "none"
+            if monotone and setting.rank_wide:
+                unfit_from = setting.num_layers if unfit_from is None else min(unfit_from, setting.num_layers)
+            continue
+        if setting.name == "none" and found.stopped_by == "optimal":
+            none_settled = True
         if found.stopped_by == "cutoff":
             cut = True
             report("torchtitan", f"{setting.describe()}: {STOPPED['cutoff']}", figures=(("to beat", bar),))
@@ -744,10 +769,15 @@ def _torchtitan(
     if no_split:
         notes.append(
             TimedNote(
-                f"torchtitan's settings: every N-th for N in {', '.join(map(str, no_split))} not searched: no split "
+                f"torchtitan's settings: every N-th for N in {_runs(no_split)} not searched: no split "
                 "of the layers over the ranks runs each rank's blocks within {}",
                 bar_seen(best, cutoff),
             )
+        )
+    if unfit:
+        notes.append(
+            f"torchtitan's settings: every N-th for N in {unfit[0]}..{unfit[-1]} ({len(unfit)}) not searched: no plan "
+            f"fits at N = {unfit_from}, and at one chunk a rank fewer FULL blocks hold more"
         )
     if as_none:
         notes.append(
@@ -765,6 +795,17 @@ def _torchtitan(
         )
     solution.notes += [*notes, f"torchtitan's settings: {setting.describe()}, the fastest of {len(candidates)}"]
     return solution
+
+
+def _runs(values: Sequence[int]) -> str:
+    """Ascending whole numbers as runs: 2..32 for thirty-one of them (a note at one chunk a rank listed each N)."""
+    runs: list[list[int]] = []
+    for value in values:
+        if runs and value == runs[-1][-1] + 1:
+            runs[-1].append(value)
+        else:
+            runs.append([value])
+    return ", ".join(str(run[0]) if len(run) == 1 else f"{run[0]}..{run[-1]}" for run in runs)
 
 
 def bar_seen(best: tuple[Solution, Setting] | None, cutoff: float) -> float:
@@ -800,6 +841,19 @@ def _every_nth_split(problem: BalanceInput, n: int, limit: float) -> bool:
         if held >= total:
             return True
     return False
+
+
+def _more_blocks_hold_less(problem: BalanceInput) -> bool:
+    """Whether no plan fitting under every N-th block means none fits under any larger N (nor none): at one
+    chunk a rank, a cell of k blocks recomputes ⌊k/N⌋ of them whole, fewer as N grows, and with one body type
+    whose FULL keeps no more per micro-batch than NONE a plan's counts under a larger N hold at least as much
+    on every stage (parameters and head and tail the same). With several chunks a rank the FULL blocks move
+    between chunks, which keep different micro-batches in flight; with several body types between types."""
+    bodies = problem.layers.bodies
+    if problem.chunks != 1 or len(bodies) != 1:
+        return False
+    memory = bodies[0].memory_mb
+    return "FULL" in memory and "NONE" in memory and memory["FULL"] <= memory["NONE"]
 
 
 def _rank_layers_floor(problem: BalanceInput, layers: int) -> float:
