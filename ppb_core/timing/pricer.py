@@ -358,6 +358,10 @@ class TimeModel:
         if fp8 and run.timing.fp8_recipe == "mxfp8":
             # MXFP8's block-scaled GEMMs, with the scale swizzles TE runs before each (`mxfp8_matmul_ratio`)
             ceiling *= self.device.mxfp8_matmul_ratio
+        if fp8 and run.timing.fp8_recipe == "blockwise":
+            # TE's block-scaled FP8 GEMMs on Hopper at their measured rate over per-tensor FP8's
+            # (`DeviceProfile.blockwise_matmul_ratio`)
+            ceiling *= self.device.blockwise_matmul_ratio
         # attention back to back as well (`ATTENTION_BACK_TO_BACK_SHARE_B200`): the catalog's rates are single calls
         sustained = self.device.attention_back_to_back_share
         self.kernels = dataclasses.replace(
