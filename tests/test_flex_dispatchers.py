@@ -40,6 +40,19 @@ def test_a_token_reaches_each_rank_once_not_each_expert() -> None:
     assert ranks_reached(128, 8, 1) == 1.0
 
 
+def test_group_limited_routing_bounds_the_ranks_a_token_reaches() -> None:
+    # moe_utils.py `group_limited_topk` (Megatron-LM cf39a4ddcf, d98e8a64): a token's k experts from its group_topk
+    # best groups. 32 experts in 8 groups of 4 on 8 ranks (a group a rank), top-4 groups: its 8 experts among the
+    # 16 of 4 ranks, each missed with probability C(12, 8) / C(16, 8) = 495 / 12870: 4 · (1 − 495/12870) = 3.846;
+    # unlimited, 8 · (1 − C(28, 8)/C(32, 8)) = 8 · (1 − 3108105/10518300) = 5.636
+    assert ranks_reached(32, 8, 8) == pytest.approx(8 * (1 - 3108105 / 10518300))
+    assert ranks_reached(32, 8, 8, 8, 4) == pytest.approx(4 * (1 - 495 / 12870))
+    # several groups a rank (16 groups of 2 on 8 ranks, top 2 groups): at most 2 ranks
+    assert ranks_reached(32, 8, 8, 16, 2) == 2.0
+    # a limit of every group limits nothing
+    assert ranks_reached(32, 8, 8, 8, 8) == ranks_reached(32, 8, 8)
+
+
 def _ops(dispatcher: str, in_kernel: bool = False) -> dict[str, Op]:
     geo = OpGeometry(seq_length=4096, ep=16, ep_nodes=2, dispatcher=dispatcher, flex_in_kernel=in_kernel)
     return {op.name: op for op in moe_ops(KIND, MOE, geo)}
