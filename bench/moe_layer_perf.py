@@ -309,6 +309,8 @@ PAIRS = tuple(
     for a, pa, b, pb, what in (
         ("a2a", "bf16", "a2a", "fp8", "alltoall: BF16 -> FP8 blockwise"),
         ("hybridep", "bf16", "hybridep", "fp8", "hybridep: BF16 -> FP8 blockwise"),
+        ("deepep", "bf16", "deepep", "fp8", "DeepEP: BF16 -> FP8 blockwise"),
+        ("hybridep", "bf16", "deepep", "bf16", "BF16: HybridEP -> DeepEP"),
         ("a2a", "bf16", "deepep", "bf16", "BF16: alltoall -> DeepEP"),
         ("a2a", "bf16", "hybridep", "bf16", "BF16: alltoall -> HybridEP"),
     )

@@ -168,8 +168,10 @@ MXFP8_MATMUL_RATIO_BLACKWELL = round(6.812 / 7.161, 3)  # 0.951
 # read 2, write a row-wise and a column-wise byte), a weight element 3 (row-wise only, the input wanting no
 # gradient; the calls' elements as for the Blackwell quantize shares below): 8.944 GB at 0.8 of the H200's 4.8
 # TB/s = 2.329 ms. The GEMMs themselves: (18.978 - 2.329) / (22.882 - 2.329) = 0.810 (0.829 with no cast time
-# taken out). Taken for the H100 SXM and the H200 (the same GH100 die, as `FP8_LAYER_GEMM_SHARE_H100`); the H800
-# row runs DeepGEMM's own rates, left at 1.
+# taken out). The guide's calls are all forward calls: block scaling accumulates in split mode in every pass (TE
+# v2.10 recipe `Float8BlockScaling`), per-tensor FP8 only in dgrad and wgrad, so the ratio, taken for every pass,
+# charges the backward if anything too much. Taken for the H100 SXM and the H200 (the same GH100 die, as
+# `FP8_LAYER_GEMM_SHARE_H100`); the H800 row runs DeepGEMM's own rates, left at 1.
 BLOCKWISE_MATMUL_RATIO_HOPPER = round((18.978 - 2.329) / (22.882 - 2.329), 3)  # 0.810
 # Blackwell's GEMMs at a transformer layer's shapes, run back to back, over what its MAMF and ppb's tile
 # model give them (`layer_gemm_share`, `fp8_layer_gemm_share`): the same guide's pre-quantized table on the
