@@ -40,6 +40,19 @@ def test_a_token_reaches_each_rank_once_not_each_expert() -> None:
     assert ranks_reached(128, 8, 1) == 1.0
 
 
+def test_group_limited_routing_bounds_the_ranks_a_token_reaches() -> None:
+    # moe_utils.py `group_limited_topk` (Megatron-LM cf39a4ddcf, d98e8a64): a token's k experts from its group_topk
+    # best groups. 32 experts in 8 groups of 4 on 8 ranks (a group a rank), top-4 groups: its 8 experts among the
+    # 16 of 4 ranks, each missed with probability C(12, 8) / C(16, 8) = 495 / 12870: 4 · (1 − 495/12870) = 3.846;
+    # unlimited, 8 · (1 − C(28, 8)/C(32, 8)) = 8 · (1 − 3108105/10518300) = 5.636
+    assert ranks_reached(32, 8, 8) == pytest.approx(8 * (1 - 3108105 / 10518300))
+    assert ranks_reached(32, 8, 8, 8, 4) == pytest.approx(4 * (1 - 495 / 12870))
+    # several groups a rank (16 groups of 2 on 8 ranks, top 2 groups): at most 2 ranks
+    assert ranks_reached(32, 8, 8, 16, 2) == 2.0
+    # a limit of every group limits nothing
+    assert ranks_reached(32, 8, 8, 8, 8) == ranks_reached(32, 8, 8)
+
+
 def _ops(dispatcher: str, in_kernel: bool = False) -> dict[str, Op]:
     geo = OpGeometry(seq_length=4096, ep=16, ep_nodes=2, dispatcher=dispatcher, flex_in_kernel=in_kernel)
     return {op.name: op for op in moe_ops(KIND, MOE, geo)}
@@ -136,11 +149,13 @@ def test_hybridep_dispatch_waits_for_its_counts_as_deepeps() -> None:
            Op("moe.unpermute", "moe", "memory")]  # fmt: skip
     forward = {"moe.router_topk": 1.0, "moe.permute": 0.0, "moe.dispatch": 1.0, "moe.experts_in": 2.0,
                "moe.unpermute": 0.0}  # fmt: skip
-    # resumed at the dispatch from an idle GPU: six launches at 1.5, 3, ..., 9 (dispatch, the two GEMMs,
-    # unpermute, the next layer's router and permutation) against 4 s of GPU work: the GPU waits 9 − 4 = 5
+    # resumed at the dispatch from an idle GPU; the flex dispatcher permutes after the dispatch
+    # (`MoEFlexTokenDispatcher.dispatch_postprocess`), so six launches at 1.5, 3, ..., 9: the dispatch, the
+    # permutation, the two GEMMs, unpermute, the next layer's router (its permutation follows its own wait).
+    # The GPU work launched before the last one: the dispatch's 1 s and the GEMMs' 2: it waits 9 − 3 = 6
     for backend in ("deepep", "hybridep", "ncclep"):
         wait = dispatcher_wait_s(ops, forward, 1.5, dropless=True, wrap=True, dispatcher=backend)
-        assert wait == pytest.approx(5.0)
+        assert wait == pytest.approx(6.0)
 
 
 def test_hybridep_buffers_are_counted_per_rank() -> None:

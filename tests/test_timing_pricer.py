@@ -8,7 +8,7 @@ from dataclasses import replace
 import pytest
 from small_models import ROUND_DEVICE
 
-from ppb_core.config.devices import DEVICE_CATALOG, MXFP8_MATMUL_RATIO_BLACKWELL
+from ppb_core.config.devices import BLOCKWISE_MATMUL_RATIO_HOPPER, DEVICE_CATALOG, MXFP8_MATMUL_RATIO_BLACKWELL
 from ppb_core.config.run import load_run_config, parse_run_config
 from ppb_core.errors import InputError
 from ppb_core.model.switches import OPTIONS, SWITCHES, LayerType, option_state
@@ -229,6 +229,23 @@ def test_mxfp8_gemms_run_at_the_measured_share_of_per_tensor_fp8_on_blackwell():
         assert ceilings == pytest.approx({"tensorwise": mamf * share, "mxfp8": mamf * share * 0.951}, rel=1e-12)
     # Hopper has no MXFP8 tensor cores and no measurement: its ratio stays 1.
     assert DEVICE_CATALOG["h100-80gb"].mxfp8_matmul_ratio == 1.0
+
+
+def test_blockwise_fp8_gemms_run_at_the_measured_share_of_per_tensor_fp8_on_hopper():
+    # TE's GEMM profiling guide (gemm_profiling.rst at 1609c890e), H200 NVL, autocast, the 12 GEMMs of a
+    # hidden-4096 layer at 15,872 tokens: 18.978 ms a layer with delayed scaling, 22.882 with block scaling. Both
+    # quantize the same bytes by ppb's cast rule: 1,495,269,376 input elements at 4 bytes and 987,758,592 weight
+    # elements at 3 = 8.944e9 bytes at 0.8 x 4.8 TB/s = 2.329 ms; (18.978 - 2.329) / (22.882 - 2.329) = 0.810.
+    casts_ms = (1495269376 * 4 + 987758592 * 3) / (0.8 * 4.8e12) * 1e3
+    assert casts_ms == pytest.approx(2.329, abs=5e-4)
+    assert BLOCKWISE_MATMUL_RATIO_HOPPER == 0.81 == round((18.978 - 2.329) / (22.882 - 2.329), 3)
+    for name, ratio in (("h100-80gb", 0.81), ("h200", 0.81), ("h800", 1.0), ("b200", 1.0)):
+        raw = gelu_run(device={"name": name}).model_dump(mode="json", exclude_none=True)
+        ceilings = {}
+        for recipe in ("tensorwise", "blockwise"):
+            run = parse_run_config({**raw, "timing": {"matmul_dtype": "fp8", "fp8_recipe": recipe}})
+            ceilings[recipe] = TimeModel(run).kernels.gemm_ceiling
+        assert ceilings["blockwise"] == pytest.approx(ceilings["tensorwise"] * ratio, rel=1e-12)
 
 
 def test_a_causal_pass_runs_at_the_kernel_s_measured_causal_rate():

@@ -149,7 +149,9 @@ def test_deepep_s_dispatch_waits_for_its_counts_from_an_idle_gpu():
     forward = {"moe.norm2": 1.0, "moe.router_topk": 1.0, "moe.permute": 2.0, "moe.dispatch": 1.0,
                "moe.experts_in": 2.0, "moe.unpermute": 1.0}  # fmt: skip
     # DeepEP (fused_a2a.py FusedDispatch: the CPU spins until notify_dispatch wrote the counts): nothing
-    # queued when the host resumes at the dispatch. Launches at 1.5, 3, ..., 10.5 (dispatch, the two GEMMs,
-    # unpermute, the next layer's norm, router and permutation) against the GPU reaching them at 0, 1, 2,
-    # 3, 4, 5, 6 (the permutation ran before the wait, so its 2 count): the GPU waits 10.5 − 6 = 4.5.
-    assert dispatcher_wait_s(ops, forward, 1.5, dropless=True, wrap=True, dispatcher="deepep") == pytest.approx(4.5)
+    # queued when the host resumes at the dispatch, and Megatron permutes the received rows after it
+    # (`MoEFlexTokenDispatcher.dispatch_postprocess`). Launches at 1.5, 3, ..., 10.5 (dispatch, permutation,
+    # the two GEMMs, unpermute, the next layer's norm and router; its permutation follows its own wait) against
+    # the GPU reaching them at 0, 1, 3, 4, 5, 6, 7 (the dispatch's 1, the permutation's 2, ...): the last waits
+    # 10.5 − 7 = 3.5, the most of any.
+    assert dispatcher_wait_s(ops, forward, 1.5, dropless=True, wrap=True, dispatcher="deepep") == pytest.approx(3.5)

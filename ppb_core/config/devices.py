@@ -157,6 +157,22 @@ ATTENTION_DROPOUT_COST_SM90 = round(0.614 / 0.594 - 1, 4)  # 0.0337
 # 6.812 / 7.161 = 0.951. Taken for sm100's B200 and GB200 (B300 is Blackwell Ultra, sm103: the same
 # block-scaled tensor-core path, an assumption).
 MXFP8_MATMUL_RATIO_BLACKWELL = round(6.812 / 7.161, 3)  # 0.951
+# TE's FP8 block scaling on Hopper (Float8BlockScaling, DeepSeek-style 1x128 activation and 128x128 weight
+# scales; cuBLASLt's VEC128 / BLK128x128 scale modes) over per-tensor FP8 (`blockwise_matmul_ratio`): the same
+# GEMM profiling guide (gemm_profiling.rst at 1609c890e, "Worked Example: 5B Model on H200", H200 NVL, the layer
+# above at 31 x 512 = 15,872 tokens) times the 12 GEMMs in autocast mode (benchmark_gemm.py `benchmark_fp8_delayed`,
+# `benchmark_fp8_block`: a te.Linear forward of each shape, quantizing the input and the weight every call): 18.978
+# ms a layer with delayed scaling, 22.882 with block scaling (its pre-quantized mode skips block scaling, which
+# Hopper's cuBLAS runs only 1D-by-2D). ppb's cast rule (`TimeModel._cast_bytes`) prices both recipes' quantization
+# at the same bytes on Hopper: an input element 4 (delayed: read 2, write the byte and its transpose; blockwise:
+# read 2, write a row-wise and a column-wise byte), a weight element 3 (row-wise only, the input wanting no
+# gradient; the calls' elements as for the Blackwell quantize shares below): 8.944 GB at 0.8 of the H200's 4.8
+# TB/s = 2.329 ms. The GEMMs themselves: (18.978 - 2.329) / (22.882 - 2.329) = 0.810 (0.829 with no cast time
+# taken out). The guide's calls are all forward calls: block scaling accumulates in split mode in every pass (TE
+# v2.10 recipe `Float8BlockScaling`), per-tensor FP8 only in dgrad and wgrad, so the ratio, taken for every pass,
+# charges the backward if anything too much. Taken for the H100 SXM and the H200 (the same GH100 die, as
+# `FP8_LAYER_GEMM_SHARE_H100`); the H800 row runs DeepGEMM's own rates, left at 1.
+BLOCKWISE_MATMUL_RATIO_HOPPER = round((18.978 - 2.329) / (22.882 - 2.329), 3)  # 0.810
 # Blackwell's GEMMs at a transformer layer's shapes, run back to back, over what its MAMF and ppb's tile
 # model give them (`layer_gemm_share`, `fp8_layer_gemm_share`): the same guide's pre-quantized table on the
 # B300 (100 timed iterations a shape after 10 warm-up, CUDA events) sums the 12 GEMMs of the hidden-4096,
@@ -341,6 +357,9 @@ class DeviceProfile:
     # MXFP8 GEMMs' rate over per-tensor FP8's on this device (`MXFP8_MATMUL_RATIO_BLACKWELL`); 1: as fast
     # (no measurement, or no MXFP8 tensor cores).
     mxfp8_matmul_ratio: float = 1.0
+    # FP8 block-scaled GEMMs' (TE's blockwise recipe) rate over per-tensor FP8's (`BLOCKWISE_MATMUL_RATIO_HOPPER`);
+    # 1: as fast (no measurement).
+    blockwise_matmul_ratio: float = 1.0
     # A training step's GEMMs, back to back at a layer's shapes, over the tile model at the MAMF ceiling
     # (`LAYER_GEMM_SHARE_BLACKWELL`; FP8 ones `fp8_layer_gemm_share`); 1: no such measurement (ppb's
     # tiles at MAMF).
@@ -622,6 +641,7 @@ DEVICE_CATALOG: dict[str, DeviceProfile] = {
         gemm_kernel_us=5.3,
         layer_gemm_share=LAYER_GEMM_SHARE_H100,
         fp8_layer_gemm_share=FP8_LAYER_GEMM_SHARE_H100,
+        blockwise_matmul_ratio=BLOCKWISE_MATMUL_RATIO_HOPPER,
         attention_dropout_cost=ATTENTION_DROPOUT_COST_SM90,
         host_kernel_us=HOST_KERNEL_US_DGX_H100,
         host_boost_ghz=3.8,
@@ -650,6 +670,7 @@ DEVICE_CATALOG: dict[str, DeviceProfile] = {
         # back to back at the H100 SXM's shares of the tiles at MAMF (`LAYER_GEMM_SHARE_H100`: same die, 700 W)
         layer_gemm_share=LAYER_GEMM_SHARE_H100,
         fp8_layer_gemm_share=FP8_LAYER_GEMM_SHARE_H100,
+        blockwise_matmul_ratio=BLOCKWISE_MATMUL_RATIO_HOPPER,
         attention_dropout_cost=ATTENTION_DROPOUT_COST_SM90,
         # the host of DGX H100: NVIDIA's 8-GPU H200 system runs the same two Xeon Platinum 8480C
         # (mlcommons/inference_results_v4.1 closed/NVIDIA/systems/H200-SXM-141GBx8_TRT_MaxQ.json;

@@ -9,7 +9,8 @@ d98e8a64; HybridEP: deepseek-ai/DeepEP branch hybrid-ep at 94a9f8f).
   buffer (csrc/hybrid_ep/buffer/intranode.cu `NVLCoordinator`: `max_num_of_tokens` = tokens per rank ×
   ranks, one slot per source token and rank), and its combine returns one reduced row per (token, rank).
   With k experts picked uniformly among E over ep ranks a token reaches ep·(1 − C(E − E/ep, k)/C(E, k))
-  ranks (`ranks_reached`), fewer than k copies when several of its experts share a rank.
+  ranks (`ranks_reached`), fewer than k copies when several of its experts share a rank; group-limited
+  routing (`--moe-router-num-groups`, `--moe-router-group-topk`) reaches fewer still.
 * **Across nodes, one copy per destination NVLink domain.** DeepEP's internode kernels and HybridEP's
   RDMA stage (`RDMACoordinator`: `rdma_inter_node_group_token` of max tokens × (nodes − 1) rows) send a
   token once to each remote domain, NVLink forwarding it there (`flops._remote_nodes`). HybridEP's
@@ -104,11 +105,24 @@ HYBRIDEP_IB_GBS_H100 = {
 HYBRIDEP_IB_PARTS = ("h100-80gb",)
 
 
-def ranks_reached(experts: int, k: int, ep: int) -> float:
+def ranks_reached(experts: int, k: int, ep: int, groups: int = 0, group_limit: int = 0) -> float:
     """Mean ranks a token's k distinct experts (uniform among *experts*, experts/ep on each of *ep* ranks)
-    sit on: each rank missed with probability C(E − E/ep, k) / C(E, k)."""
+    sit on: each rank missed with probability C(E − E/ep, k) / C(E, k). Group-limited routing (Megatron's
+    `group_limited_topk`, moe_utils.py at cf39a4ddcf and d98e8a64: the experts in *groups* equal groups of
+    consecutive experts, a token's k taken from its *group_limit* best groups) bounds that: where each group
+    spans whole ranks (groups dividing ep), the k are among limit·E/groups experts on limit·ep/groups ranks;
+    where several groups share a rank, they reach at most *group_limit* ranks."""
     if ep <= 1:
         return 1.0
+    reached = _uniform_ranks(experts, k, ep)
+    if not groups or not 0 < group_limit < groups:
+        return reached
+    if ep % groups == 0:
+        return min(reached, _uniform_ranks(group_limit * experts // groups, k, group_limit * ep // groups))
+    return min(reached, float(group_limit))
+
+
+def _uniform_ranks(experts: int, k: int, ep: int) -> float:
     local = experts // ep
     missed = comb(experts - local, k) / comb(experts, k) if experts - local >= k else 0.0
     return ep * (1.0 - missed)

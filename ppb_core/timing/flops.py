@@ -2041,7 +2041,8 @@ def moe_ops(kind: BodyKind, moe: Moe, geo: OpGeometry, p: str = "") -> list[Op]:
     flex = geo.dispatcher in FLEX_DISPATCHERS
     # the flex backends send a token once to each rank its experts sit on (`ppb_core.timing.flex`): their
     # local passes read or write those slots on one side and the expert rows on the other
-    sent = geo.tokens / geo.tp * ranks_reached(experts, k, geo.ep) if flex else routed
+    reached = ranks_reached(experts, k, geo.ep, moe.groups, moe.group_limit) if flex else 0.0
+    sent = geo.tokens / geo.tp * reached if flex else routed
     # the alltoall dispatcher permutes the rank's own tokens before sending them and unpermutes them after the
     # combine (token_dispatcher.py `dispatch_preprocess` / `combine_postprocess`, d98e8a64): as many whatever the
     # routing; the flex backends' passes run where the tokens land (`MoEFlexTokenDispatcher.dispatch_postprocess`

@@ -150,7 +150,14 @@ def dispatcher_waits(
         dispatch = next((i for i, name in enumerate(names) if name.rsplit(".", 1)[-1] == "dispatch"), None)
         if dispatch is None:
             return []
-        start, queued, permute = dispatch, 0.0, -1  # the permutation ran before the wait: its seconds count
+        if permute < dispatch:
+            # the flex dispatcher permutes the received rows after the dispatch (token_dispatcher.py
+            # `MoEFlexTokenDispatcher.dispatch_postprocess`, cf39a4ddcf and d98e8a64: DeepEP's
+            # `get_permuted_hidden_states_by_experts`, Megatron's multihot map and TE's permute; HybridEP's permute
+            # kernel inside `dispatch_with_permute`, after its count's copy): its launches follow the wait
+            ops = [*ops[:permute], *ops[permute + 1 : dispatch + 1], ops[permute], *ops[dispatch + 1 :]]
+            dispatch -= 1
+        start, queued, permute = dispatch, 0.0, -1
     own = len(ops) - start  # the layer's ops from the dispatcher's synchronization on
     segment = [(op, forward_s[op.name]) for op in ops[start:]]
     if wrap:

@@ -359,6 +359,10 @@ class TimeModel:
         if fp8 and run.timing.fp8_recipe == "mxfp8":
             # MXFP8's block-scaled GEMMs, with the scale swizzles TE runs before each (`mxfp8_matmul_ratio`)
             ceiling *= self.device.mxfp8_matmul_ratio
+        if fp8 and run.timing.fp8_recipe == "blockwise":
+            # TE's block-scaled FP8 GEMMs on Hopper at their measured rate over per-tensor FP8's
+            # (`DeviceProfile.blockwise_matmul_ratio`)
+            ceiling *= self.device.blockwise_matmul_ratio
         # attention back to back as well (`ATTENTION_BACK_TO_BACK_SHARE_B200`): the catalog's rates are single calls
         sustained = self.device.attention_back_to_back_share
         self.kernels = dataclasses.replace(
@@ -1196,6 +1200,64 @@ class TimeModel:
         end of a launch's CPU time, Holistic Trace Analysis)."""
         return (self.device.host_kernel_us or self.run.timing.host_launch_us) * 1e-6
 
+    def launches(self, layer: Layer) -> dict[str, tuple[float, float]]:
+        """Each op's (forward, backward) kernel launches from Megatron's host (`ppb_core.timing.launches`), as
+        the run's CUDA graphs leave them (`ppb_core.timing.graphs`): what `host` sets against the GPU's work."""
+        run, ops = self.run, self.ops(layer)
+        fills = (
+            deterministic_fill_bytes(
+                ops,
+                run.training.dtype_bytes,
+                run.timing.gradient_accumulation_fusion,
+                self.kernels.dp_workspace,
+            )
+            if self._nan_fill
+            else None
+        )
+        launches = layer_launches(
+            ops,
+            tp=run.parallel.tp,
+            rope_fusion=run.rope_fused,
+            cross_entropy_fusion=run.timing.cross_entropy_fusion,
+            wgrad_fused=run.timing.gradient_accumulation_fusion,
+            fills=fills,
+            fp8_recipe=run.timing.fp8_recipe if run.timing.matmul_dtype == "fp8" else None,
+            router_cast=self._geometry.router_bytes != run.training.dtype_bytes,
+            plain_share=PLAIN_OP_SHARE if self.device.host_kernel_us else 1.0,
+            # a kernel issued from C++ never costs the host more than one issued from Python
+            cpp_gemm_share=min(1.0, CPP_GEMM_US / self.device.host_kernel_us) if self.device.host_kernel_us else 1.0,
+            accumulate_kernels=2 if run.timing.deepspeed_bf16_optimizer else 1,
+            wgrad_per_expert=not run.framework_release.holds("te_grouped_wgrad_one_buffer"),
+            # GroupedLinear's per-expert Python (TE's, `launches.grouped_python_steps`)
+            python_step_share=PY_STEP_SHARE if run.timing.transformer_impl == "transformer_engine" else 0.0,
+            weights_saved=run.framework_release.holds("te_grouped_saves_weights")
+            and not run.framework_release.holds("te_grouped_weights_unsaved"),
+            # MXFP8 activations quantized with GEMM-swizzled scales (TE v2.12 on), but after SP gathers
+            activations_swizzled=run.framework_release.holds("te_mxfp8_activations_swizzled"),
+            sp_ops=(self._te_gathered, self._te_scattered),
+            mxfp8_userbuffers=self._fp8_recipe == "mxfp8" and self._userbuffers_on(),
+            # TE before v1.11 copies each FP8 module's scale-inverses every forward (`SCALE_INV_CLONE`)
+            late_transposes={op.name for op in ops if op.fp8 and self._late_transpose(op)},
+            scale_inv_clone=self._fp8_recipe is not None
+            and run.timing.transformer_impl == "transformer_engine"
+            and not run.framework_release.holds("te_fp8_scale_inv_with_data"),
+            # per-tensor FP8 on Hopper: the transposes after TE's SP all-gathers (`_te_sp_ops`)
+            sp_transposes=(self._te_gathered, self._te_scattered)
+            if self._fp8_recipe in PER_TENSOR_RECIPES and 9.0 <= self.device.compute_capability < 10.0
+            else None,
+        )
+        graphs, modules = run.timing.cuda_graph_impl, run.timing.cuda_graph_modules
+        if graphs != "none":  # `ppb_core.timing.graphs`
+            launches = graphed_launches(
+                ops,
+                launches,
+                modules,
+                run.timing.gradient_accumulation_fusion,
+                shared_overlap=run.timing.moe_shared_expert_overlap,
+                dispatcher=run.timing.moe_dispatcher,
+            )
+        return dict(launches)
+
     def host(self, layer: Layer, state: LayerType, switches: Mapping[str, int] | None = None) -> HostWaits:
         """The layer's waits for Megatron's host to launch its kernels (`ppb_core.timing.host`), part of
         `layer_times`, not of `parts` or `breakdown` (the GPU's work). None under other frameworks or
@@ -1207,60 +1269,8 @@ class TimeModel:
             graphed_iteration = self.run.timing.cuda_graph_impl == "full_iteration"  # one launch an iteration
             if self.run.framework == "megatron" and self.calibration is None and not graphed_iteration:
                 run, ops = self.run, self.ops(layer)
-                fills = (
-                    deterministic_fill_bytes(
-                        ops,
-                        run.training.dtype_bytes,
-                        run.timing.gradient_accumulation_fusion,
-                        self.kernels.dp_workspace,
-                    )
-                    if self._nan_fill
-                    else None
-                )
-                launches = layer_launches(
-                    ops,
-                    tp=run.parallel.tp,
-                    rope_fusion=run.rope_fused,
-                    cross_entropy_fusion=run.timing.cross_entropy_fusion,
-                    wgrad_fused=run.timing.gradient_accumulation_fusion,
-                    fills=fills,
-                    fp8_recipe=run.timing.fp8_recipe if run.timing.matmul_dtype == "fp8" else None,
-                    router_cast=self._geometry.router_bytes != run.training.dtype_bytes,
-                    plain_share=PLAIN_OP_SHARE if self.device.host_kernel_us else 1.0,
-                    # a kernel issued from C++ never costs the host more than one issued from Python
-                    cpp_gemm_share=min(1.0, CPP_GEMM_US / self.device.host_kernel_us)
-                    if self.device.host_kernel_us
-                    else 1.0,
-                    accumulate_kernels=2 if run.timing.deepspeed_bf16_optimizer else 1,
-                    wgrad_per_expert=not run.framework_release.holds("te_grouped_wgrad_one_buffer"),
-                    # GroupedLinear's per-expert Python (TE's, `launches.grouped_python_steps`)
-                    python_step_share=PY_STEP_SHARE if run.timing.transformer_impl == "transformer_engine" else 0.0,
-                    weights_saved=run.framework_release.holds("te_grouped_saves_weights")
-                    and not run.framework_release.holds("te_grouped_weights_unsaved"),
-                    # MXFP8 activations quantized with GEMM-swizzled scales (TE v2.12 on), but after SP gathers
-                    activations_swizzled=run.framework_release.holds("te_mxfp8_activations_swizzled"),
-                    sp_ops=(self._te_gathered, self._te_scattered),
-                    mxfp8_userbuffers=self._fp8_recipe == "mxfp8" and self._userbuffers_on(),
-                    # TE before v1.11 copies each FP8 module's scale-inverses every forward (`SCALE_INV_CLONE`)
-                    late_transposes={op.name for op in ops if op.fp8 and self._late_transpose(op)},
-                    scale_inv_clone=self._fp8_recipe is not None
-                    and run.timing.transformer_impl == "transformer_engine"
-                    and not run.framework_release.holds("te_fp8_scale_inv_with_data"),
-                    # per-tensor FP8 on Hopper: the transposes after TE's SP all-gathers (`_te_sp_ops`)
-                    sp_transposes=(self._te_gathered, self._te_scattered)
-                    if self._fp8_recipe in PER_TENSOR_RECIPES and 9.0 <= self.device.compute_capability < 10.0
-                    else None,
-                )
+                launches = self.launches(layer)
                 graphs, modules = run.timing.cuda_graph_impl, run.timing.cuda_graph_modules
-                if graphs != "none":  # `ppb_core.timing.graphs`
-                    launches = graphed_launches(
-                        ops,
-                        launches,
-                        modules,
-                        run.timing.gradient_accumulation_fusion,
-                        shared_overlap=run.timing.moe_shared_expert_overlap,
-                        dispatcher=run.timing.moe_dispatcher,
-                    )
                 if run.megatron_fsdp and layer.node == BODY and ops:  # the unit's hooks (`fsdp_unit_launches`)
                     timing = run.timing
                     extra = fsdp_unit_launches(
