@@ -860,7 +860,7 @@ def _torchtitan_scale_rows() -> list[MeasuredPeak]:
             assumptions=(
                 FLOAT8_405B_SAID if spec is LLAMA3_405B else FLOAT8_9DEC370,
                 FLOAT8_CAST_COPIES,
-                "async TP not modelled in memory",
+                "async TP's symmetric workspace is outside the allocator: in ppb's fit, not its reserved figure",
             ),
         )
         for name, spec, par, seq, batch, micro_batches, gib, table in cases

@@ -13,7 +13,9 @@ before it knows a stage's layers:
   them, and nothing is added);
 * in the constant every stage holds, the most the copy-in pool holds of two body units
   (`reserved.copy_in_bound_bytes`), and in a HEAD's or TAIL's record what its unit adds to that;
-* in the TAIL's record, what the eager loss leaves free below its fp32 buffers (`reserved.loss_hole_bytes`).
+* in the TAIL's record, what the eager loss leaves free below its fp32 buffers (`reserved.loss_hole_bytes`);
+* in the constant, under torchtitan's async TP (with or without FSDP2), torch's symmetric-memory workspace a block
+  asks (`memory.symm_mem`), outside the caching allocator but in the fit verdicts' `allocator_bytes` too.
 
 Each charge is rounded up to whole MB. Where the stage's own pools need more (a stage holding both ends under
 torchtitan's root unit), `balance.fitting` re-solves the plan the memory model finds over.
@@ -28,6 +30,7 @@ from collections.abc import Callable, Sequence
 from ppb_core.config.run import RunConfig
 from ppb_core.memory import MemoryModel
 from ppb_core.memory.reserved import copy_in_bound_bytes, loss_hole_bytes, priced
+from ppb_core.memory.symm_mem import async_tp, workspace_bytes
 from ppb_core.model.walk import BODY, HEAD, TAIL, Layer, walk
 from ppb_core.payload.sapp import LayerRecord, LayerSet
 from ppb_core.units import MB
@@ -58,12 +61,15 @@ def _add(records: Sequence[LayerRecord], charges: Sequence[float]) -> tuple[Laye
 
 def allocator_pools(run: RunConfig, layers: LayerSet, memory: MemoryModel) -> tuple[LayerSet, float]:
     """The problem's records charged what the allocator's pools reserve beyond the allocated peak, and the
-    MB (whole, rounded up) the constant adds for the copy-in pool (module docstring); unchanged, 0, but for
-    torchtitan with FSDP2 sharding."""
-    if not priced(memory):
+    MB (whole, rounded up) the constant adds for the copy-in pool and async TP's workspace (module docstring);
+    unchanged, 0, but for torchtitan with FSDP2 sharding or async TP."""
+    if not priced(memory) and not async_tp(memory):
         return layers, 0.0
     fused = list(walk(run, fused_tail=True))
     bodies = [layer for layer in fused if layer.node == BODY]
+    workspace_mb = math.ceil(workspace_bytes(memory, bodies) / MB)  # 0 without async TP
+    if not priced(memory):
+        return layers, float(workspace_mb)
     bound = copy_in_bound_bytes(memory, bodies)
 
     def gradients(layer: Layer) -> float:
@@ -81,7 +87,7 @@ def allocator_pools(run: RunConfig, layers: LayerSet, memory: MemoryModel) -> tu
         tails=_add(layers.tails, _charged(layers.tails, [layer for layer in fused if layer.node == TAIL], end)),
         options=layers.options,
     )
-    return charged, float(math.ceil(bound / MB))
+    return charged, float(math.ceil(bound / MB) + workspace_mb)
 
 
 __all__ = ["allocator_pools"]

@@ -350,7 +350,8 @@ def run_problem(
     par = run.parallel
     layers = layer_set(descriptions, run.source)
     # torchtitan FSDP2: what the caching allocator's stream pools reserve beyond the allocated peak
-    # (`allocator_pools`); the copy-in pool's share goes in the constant unless the user gave it whole
+    # (`allocator_pools`); the copy-in pool's share (and async TP's workspace) goes in the constant unless the
+    # user gave it whole
     layers, copy_in_mb = allocator_pools(run, layers, memory)
     if computed:
         constant_memory_mb += copy_in_mb

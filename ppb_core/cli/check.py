@@ -210,6 +210,10 @@ def render(out: dict[str, Any]) -> None:
     for note in out.get("notes", []):
         console.print(f"note: {escape(note)}")
     console.print(table)
+    workspaces = [row.get("symm_workspace_mb", 0.0) for row in out["stages"]]
+    if any(workspaces):  # torchtitan's async TP (ppb_core.memory.symm_mem), within "allocator MB"
+        shown_mb = ", ".join(dict.fromkeys(f"{mb:,.0f}" for mb in workspaces))
+        console.print(f"async TP's symmetric workspace: {shown_mb} MB a device (in allocator MB)")
     it = out["iteration"]  # the whole time model: schedule, P2P, data-parallel reduction, optimizer
     console.print(
         f"iteration {it['seconds']:,.3f} s, {it['tokens_per_second_per_device']:,.0f} tokens/s per device, "

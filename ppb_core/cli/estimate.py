@@ -133,7 +133,7 @@ def print_tables(result: Estimate) -> None:
         "working set; loss: what the loss adds on the stage of the TAIL (the output layer); peak: the largest moment "
         "(backward, loss, gradient reduction, optimizer step), reserved memory included; at full: the peak with every "
         "body layer fully recomputed; fits: the peak within the device, with what torch's caching allocator "
-        "reserves beyond it where ppb prices its pools (torchtitan FSDP2, below)",
+        "reserves beyond it where ppb prices its pools (torchtitan FSDP2, below) and async TP's symmetric workspace",
     )
     for name in (
         "stage",
@@ -179,8 +179,15 @@ def print_tables(result: Estimate) -> None:
                 f"stream {_mb(pools.compute_bytes)} MB (the loss's free hole {_mb(pools.loss_hole_bytes)} MB of it), "
                 f"FSDP2's all-gather copy-in {_mb(pools.copy_in_bytes)} MB, "
                 f"reduce-scatter {_mb(pools.reduce_scatter_bytes)} MB; fits counts the "
-                f"{_mb(peak.allocator_bytes)} MB it reserves beyond the peak"
+                f"{_mb(peak.allocator_bytes - peak.symm_workspace_bytes)} MB it reserves beyond the peak"
             )
+    workspaces = [peak.symm_workspace_bytes for peak in result.stages]
+    if any(workspaces):  # torchtitan's async TP (ppb_core.memory.symm_mem): fits counts it beside the pools
+        shown_mb = ", ".join(dict.fromkeys(_mb(w) for w in workspaces))
+        console.print(
+            f"async TP's symmetric workspace: {shown_mb} MB a device (torch's get_symm_mem_workspace, outside the "
+            "caching allocator; fits counts it)"
+        )
     print_memory_calibration(console, run)
     if result.stages_at_full:
         highest = max(result.stages_at_full, key=lambda peak: peak.peak_bytes)

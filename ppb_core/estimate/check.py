@@ -25,7 +25,8 @@ from ppb_core.units import MB
 class StageCheck:
     """One stage of a plan against the device's usable memory (what the run config reserves left out). It fits
     where its peak and what the caching allocator reserves beyond it (`allocator_mb`: torchtitan FSDP2's stream
-    pools, `memory.reserved`; 0 for Megatron and MindFormers) are within that memory."""
+    pools, `memory.reserved`, and torchtitan async TP's symmetric workspace, `symm_workspace_mb` of it; 0 for
+    Megatron and MindFormers) are within that memory."""
 
     stage: int
     layers: int
@@ -36,6 +37,7 @@ class StageCheck:
     moments_mb: dict[str, float]
     in_flight: tuple[int, ...]
     allocator_mb: float = 0.0
+    symm_workspace_mb: float = 0.0  # of allocator_mb, async TP's symmetric-memory workspace (`memory.symm_mem`)
 
     @classmethod
     def of(cls, evaluation: StageEvaluation) -> StageCheck:
@@ -51,6 +53,7 @@ class StageCheck:
             moments_mb={name: (value - reserved) / MB for name, value in peak.moments.items()},
             in_flight=tuple(peak.in_flight),
             allocator_mb=peak.allocator_bytes / MB,
+            symm_workspace_mb=peak.symm_workspace_bytes / MB,
         )
 
     @property
@@ -69,6 +72,7 @@ class StageCheck:
             "peak_mb": self.peak_mb,
             "device_mb": self.device_mb,
             "allocator_mb": self.allocator_mb,
+            "symm_workspace_mb": self.symm_workspace_mb,
             "free_mb": self.free_mb,
             "fits": self.fits,
             "moment": self.moment,

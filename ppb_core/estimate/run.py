@@ -130,6 +130,7 @@ def stage_json(peak: StagePeak) -> dict[str, Any]:
         "moments": {name: _number(value) for name, value in peak.moments.items()},
         "device_bytes": _number(peak.device_bytes),
         "allocator_bytes": _number(peak.allocator_bytes),
+        "symm_workspace_bytes": _number(peak.symm_workspace_bytes),
         "fit_bytes": _number(peak.fit_bytes),
         "fits": peak.fits,
         "step_static_bytes": None if peak.step_static_bytes is None else _number(peak.step_static_bytes),

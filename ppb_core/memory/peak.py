@@ -18,7 +18,8 @@ Each moment is what is alive then (docs/memory.md, "Stage peak"):
 each + the device's reserved memory. The peak is the largest; `moment` names it.
 
 Whether the stage fits (`fits`, `fit_bytes`) adds what the caching allocator reserves beyond that peak where
-ppb prices it (`allocator_bytes`: torchtitan's FSDP2 pools, `ppb_core.memory.reserved`); 0 elsewhere.
+ppb prices it (`allocator_bytes`: torchtitan's FSDP2 pools, `ppb_core.memory.reserved`) and, under torchtitan's
+async TP, torch's symmetric-memory workspace (`symm_workspace_bytes`, `ppb_core.memory.symm_mem`); 0 elsewhere.
 
 Micro-batches in flight come from `ppb_core.schedules` (owned by the balancer): where a stage runs
 several chunks whose layers keep different amounts per micro-batch, its peak is the largest over
@@ -42,6 +43,7 @@ from ppb_core.memory.combined import ChunkNodes, chunk_nodes, node_bytes, step_e
 from ppb_core.memory.frameworks import te_offload
 from ppb_core.memory.graphs import graph_buffer_bytes, graphed_layers
 from ppb_core.memory.reserved import priced, reserved_pools
+from ppb_core.memory.symm_mem import async_tp, workspace_bytes
 from ppb_core.model.kinds import BodyKind, HeadKind, TailKind
 from ppb_core.model.walk import BODY, KindSlot, Layer, LayerWalk
 from ppb_core.schedules import (
@@ -82,8 +84,11 @@ class StagePeak:
     first_step_bytes: float = 0.0
     # what PyTorch's caching allocator reserves beyond the allocated peak, which the run must also find on the
     # device: torchtitan's FSDP2 stream pools (`memory.reserved.ReservedPools.beyond_allocated_bytes`); 0 where
-    # ppb prices no pools (Megatron and MindFormers, whose fit stays the allocated peak)
+    # ppb prices no pools (Megatron and MindFormers, whose fit stays the allocated peak); with torchtitan's async TP
+    # it also holds torch's symmetric-memory workspace, outside the caching allocator (`symm_workspace_bytes`)
     allocator_bytes: float = 0.0
+    # of `allocator_bytes`, async TP's symmetric-memory workspace (`ppb_core.memory.symm_mem`); 0 without async TP
+    symm_workspace_bytes: float = 0.0
 
     @property
     def step_bytes(self) -> float:
@@ -387,7 +392,15 @@ def stage_peaks(
         )
     if priced(memory):  # torchtitan FSDP2: what the stream pools reserve beyond each peak
         peaks = [_with_pools(memory, in_stage.get(peak.stage, []), peak) for peak in peaks]
+    if async_tp(memory):  # torchtitan's async TP: its symmetric-memory workspace, beside the pools
+        peaks = [_with_workspace(workspace_bytes(memory, in_stage.get(peak.stage, [])), peak) for peak in peaks]
     return peaks
+
+
+def _with_workspace(workspace: float, peak: StagePeak) -> StagePeak:
+    """The stage's peak charged async TP's symmetric-memory workspace (`memory.symm_mem`) in its fit."""
+    allocator = peak.allocator_bytes + workspace
+    return dataclasses.replace(peak, allocator_bytes=allocator, symm_workspace_bytes=workspace)
 
 
 def _with_pools(memory: MemoryModel, layers: Sequence[Layer], peak: StagePeak) -> StagePeak:

@@ -132,7 +132,14 @@ STAGE_PEAKS = Schema(
         Column(
             "allocator_bytes",
             "float64",
-            "what the caching allocator reserves beyond the peak (torchtitan FSDP2's pools; else 0)",
+            "what the caching allocator reserves beyond the peak (torchtitan FSDP2's pools; else 0), and async TP's "
+            "symmetric workspace",
+            "bytes",
+        ),
+        Column(
+            "symm_workspace_bytes",
+            "float64",
+            "of allocator_bytes, torchtitan async TP's symmetric-memory workspace, outside the caching allocator",
             "bytes",
         ),
         Column("fits", "bool", "whether the peak and allocator_bytes are within the device's memory"),

@@ -77,5 +77,6 @@ def stage_memory_mb(report: pd.DataFrame) -> pd.Series:
     """Each stage's memory by the memory model as its fit counts it: its peak, the largest moment (issue 11),
     which is parameters + activations + buffers only where the backward sets it (the loss's transient,
     torchtitan's fp32 logits, or the optimizer step can set it higher), and what the caching allocator
-    reserves beyond it (`allocator_mb`: torchtitan FSDP2's stream pools, `StagePeak.allocator_bytes`)."""
+    reserves beyond it (`allocator_mb`: torchtitan FSDP2's stream pools and async TP's symmetric workspace,
+    `StagePeak.allocator_bytes`)."""
     return report["peak_mb"] + report["allocator_mb"]
