@@ -67,8 +67,8 @@ def test_a_torchtitan_stage_fits_with_what_the_allocator_reserves(stages: pd.Dat
     text = summary_markdown(charged, "titan plan")
     assert "every stage fits: NO" in text
     assert (
-        "- **tightest stage**: 0 (76,500 of 76,000 MB at its backward, 4,000 MB of it what the caching allocator "
-        "reserves beyond the peak, -500 MB left)"
+        "- **tightest stage**: 0 (76,500 of 76,000 MB at its backward, 4,000 MB of it outside the allocated peak "
+        "(the caching allocator's reserve, async TP's workspace), -500 MB left)"
     ) in text
     assert "| 72,500.0 | backward |" in text  # the table's peak is the allocated one
     assert "| 0 | 8 | SLCT 8 | 30,000.0 | 40,000.0 | 2,500.0 | 72,500.0 | backward | 76,000 | 10.000 | 20.500 |" in text
@@ -127,7 +127,7 @@ def test_the_closing_lines_say_what_megatrons_flags_run_where_the_plan_is_not_th
     are the fastest plan it can say (`megatron_iteration_s`, `plan_iterations`' `megatron_iteration`). The
     l70b run of qa32 (Llama 3 70B, TP4 PP4 VPP5): plan 15.971 s, its flags 16.640 s, uniform FULL 20.460 s:
     20.460 / 15.971 = 1.281, 20.460 / 16.640 = 1.2296."""
-    frame = pd.DataFrame({"stage": [0], "peak_mb": [1024.0], "device_mb": [2048.0]})
+    frame = pd.DataFrame({"stage": [0], "peak_mb": [1024.0], "allocator_mb": [0.0], "device_mb": [2048.0]})
     summary = {
         "iteration_s": 15.971,
         "baseline_iteration_s": 20.460,

@@ -221,8 +221,8 @@ def summary_markdown(
         f"- **tightest stage**: {stages['stage'][tightest]} ({_number(memory[tightest], 0)} of "
         f"{_number(stages['device_mb'][tightest], 0)} MB at its {stages['moment'][tightest]}, "
         + (
-            f"{_number(stages['allocator_mb'][tightest], 0)} MB of it what the caching allocator reserves beyond "
-            "the peak, "
+            f"{_number(stages['allocator_mb'][tightest], 0)} MB of it outside the allocated peak (the caching "
+            "allocator's reserve, async TP's workspace), "
             if stages["allocator_mb"][tightest]
             else ""
         )

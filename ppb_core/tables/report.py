@@ -37,7 +37,8 @@ PLAN_REPORT = Schema(
         Column(
             "allocator_mb",
             "float64",
-            "what the caching allocator reserves beyond the peak, which the fit counts (torchtitan FSDP2; else 0)",
+            "what the fit counts beyond the peak: the caching allocator's reserve (torchtitan FSDP2) and async TP's "
+            "symmetric workspace (torchtitan); else 0",
             "MB",
         ),
         Column("device_mb", "float64", "the memory the stage must fit in: the device's less reserved_mb", "MB"),
