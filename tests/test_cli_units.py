@@ -56,6 +56,17 @@ def test_the_balance_closed_form_is_in_seconds(capsys: pytest.CaptureFixture[str
     assert re.search(r"closed form [\d,]+\.\d{3} s \(its optimum [\d,]+\.\d{3} s\)", line), line
 
 
+def test_a_closed_form_never_solved_for_says_so(capsys: pytest.CaptureFixture[str]) -> None:
+    """A search cut short at its listing's work limit (Llama 3 70B, TP4 PP4 VPP5 on 64 H100s) never runs the
+    closed form's own program: it printed `closed form 15.336 s (its optimum —)`, a dash nobody could read."""
+    assert main(["balance", str(CONFIGS / "llama3-8b.yaml"), "-q", "--json"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    result["closed_form"]["optimum_s"] = None  # as such a search leaves it (`program._cut_short`)
+    render(result, 1.0)
+    line = next(line for line in capsys.readouterr().out.splitlines() if "closed form" in line)
+    assert re.search(r"closed form [\d,]+\.\d{3} s \(its own optimum not solved for\)$", line), line
+
+
 @pytest.mark.parametrize(("seconds", "said"), [(0.676, "676 ms"), (91.013, "91.0 s"), (1234.5, "1,234.5 s")])
 def test_ppb_plan_says_its_wall_time_in_seconds_past_one(seconds: float, said: str) -> None:
     """`ppb plan configs/deepseek-v3.yaml -o DIR` titled its table '11 stages in 91013 ms'."""

@@ -385,7 +385,7 @@ def test_the_command_writes_a_run_config_other_commands_read(tmp_path, capsys) -
     out = tmp_path / "run.yaml"
     assert main(["import", "megatron", str(script), "--gpus", "8", "--device", "h100-80gb", "-o", str(out)]) == 0
     captured = capsys.readouterr()
-    unmodelled = "ppb: not modelled: --te-precision-config-file p.yaml: not modelled by ppb (priced as if not given)"
+    unmodelled = "ppb: note: --te-precision-config-file p.yaml: not modelled by ppb (priced as if not given)"
     assert captured.err.strip().splitlines() == [unmodelled]
     run = load_run_config(out)
     assert (run.name, run.parallel.dp, run.training.micro_batches) == ("train", 2, 4)

@@ -447,9 +447,12 @@ def render(result: dict[str, Any], solve_s: float) -> None:
             )
         closed = result["closed_form"]
         unit = " s of layers" if in_s else ""
+        # a search cut short before the closed form's own program ran has no optimum of it: said, not "—"
+        optimum = time_of(closed, "optimum")
+        its = f"its optimum {seconds(optimum)}" if optimum is not None else "its own optimum not solved for"
         console.print(
             f"simulated iteration {timed(time_of(result, 'simulated_time'), 1)}{unit}; closed form "
-            f"{seconds(time_of(closed, 'value'))} (its optimum {seconds(time_of(closed, 'optimum'))})"
+            f"{seconds(time_of(closed, 'value'))} ({its})"
         )
     # `fits` says what the MB beside it says: the memory model's peak where the plan is held to it (a run config,
     # `balance.fitting`; `with_stage_peaks` gave the peak), else the balancer's own charge (a layers.json, or the

@@ -117,7 +117,9 @@ def _torchtitan(args: argparse.Namespace, source: str) -> int:
 def _write(args: argparse.Namespace, imported: Imported, what: str) -> int:
     document = yaml.safe_dump(imported.raw, sort_keys=False, allow_unicode=True)
     for note in imported.notes:
-        print(f"ppb: not modelled: {note}", file=sys.stderr)
+        # each note names what it prices otherwise ("...: not modelled by ppb (priced as if not given)"); the prefix
+        # said "not modelled" before it until session 32, twice in one line
+        print(f"ppb: note: {note}", file=sys.stderr)
     if args.output:
         atomic_write_text(args.output, document)  # its folders made, as `ppb balance -o` makes them
         print(f"wrote {args.output} ({counted(len(imported.notes), what)} not modelled)")
