@@ -19,8 +19,8 @@ Achieved fractions are measured, not datasheet figures:
   read 1920-1980 MHz (docs/timing.md, Validation), so there is no separate sustained-clock figure.
 - `attention_forward_efficiency` / `attention_backward_efficiency`: what a flash-attention kernel
   reaches at head size 128 and long sequences. A100: FlashAttention-2 (Dao 2023, "reaching up to
-  230 TFLOPs/s" forward, 73%; its forward+backward figures, ~190 TFLOPs/s causal at 16k, leave
-  the backward at ~57%). H100/H200: the cuDNN kernels TransformerEngine runs on sm90, as
+  230 TFLOPs/s" forward, 73%; its forward+backward benchmark without the mask at 16k, 203 TFLOPs/s,
+  leaves the backward at 62.4%: `FLASH2_BACKWARD_A100`). H100/H200: the cuDNN kernels TransformerEngine runs on sm90, as
   FlashAttention-3's paper measured them on an H100 80GB SXM5 at head size 128, BF16, 16k tokens,
   without the causal mask (Shah et al. 2024, Fig. 5 and 6): forward 595 TFLOPS/s (0.602 of 989),
   backward 516 (0.522). (FlashAttention-3 itself: 648 and 561. Its "up to 740 TFLOPs/s" is head
@@ -95,9 +95,20 @@ HOST_KERNEL_US_DGX_A100 = 112.3
 # CANN's FlashAttentionScore on Ascend 910B (the ascend-910b profile's comment): the measured 42.60% of
 # peak at 32768 tokens over the waves of its 256 query blocks on the 910B2's 24 cores (256/264) and
 # FlashAttention-2's 32k-over-16k no-mask forward factor (0.988, `ppb_core.timing.attention_rates`);
-# the backward at A100's backward-over-forward ratio, 0.57/0.73 (no public Ascend backward figure).
+# the backward at A100's backward-over-forward ratio (no public Ascend backward figure).
 ASCEND_FLASH_FORWARD = 0.445
-ASCEND_FLASH_BACKWARD = round(ASCEND_FLASH_FORWARD * 0.57 / 0.73, 3)
+# FlashAttention-2's A100 backward at head size 128, 16k tokens, no mask (`flash2_backward_efficiency`): Dao-AILab/
+# flash-attention's A100 benchmark (README "Performance", A100, assets/flash2_a100_fwd_bwd_benchmark.png at 0251105a,
+# the FlashAttention-2 paper's figure; benchmarks/benchmark_flash_attention.py: hidden 2048, 16 heads of 128, batch
+# 16k / length, FLOPs 4·b·s²·h·d forward, 2.5 times that backward, halved under the mask) reads forward + backward
+# 203 TFLOP/s without the mask at 16k. A forward FLOP's pass pair took 3.5/203 of a time unit, the forward at the
+# paper's 73% of 312 (227.8) 1/227.8 of it, so the backward's 2.5 FLOPs ran at 2.5 / (3.5/203 − 1/227.8) = 194.5
+# TFLOP/s, 0.624 of 312 (the paper's "up to 63%" backward). Until session 32 ppb took 0.57 from the causal panel
+# (189), then applied the causal curve on top (`attention_rates`) a second time. The other panels are held out
+# (tests/test_timing_flash2_a100.py).
+FLASH2_FORWARD_A100 = 0.73
+FLASH2_BACKWARD_A100 = round(2.5 / (3.5 / 203 - 1 / (FLASH2_FORWARD_A100 * 312)) / 312, 3)  # 0.624
+ASCEND_FLASH_BACKWARD = round(ASCEND_FLASH_FORWARD * FLASH2_BACKWARD_A100 / FLASH2_FORWARD_A100, 3)
 # The same on Megatron CI's DGX GB200 (a Grace host): the median over its 50 host-bound dense cases with
 # dgx_gb200 golden values, two 4-GPU trays of one NVL72 NVLink domain (the gb200 recipes' two-tray cases;
 # most values of 93ebf8d72f), quartiles 85.6-106.8 (`PPB_MEGATRON_LM=DIR python bench/host_derive.py`,
@@ -596,10 +607,10 @@ DEVICE_CATALOG: dict[str, DeviceProfile] = {
         25.0,
         sm_count=108,
         matmul_efficiency=0.869,
-        attention_forward_efficiency=0.73,
-        attention_backward_efficiency=0.57,
-        flash2_forward_efficiency=0.73,
-        flash2_backward_efficiency=0.57,
+        attention_forward_efficiency=FLASH2_FORWARD_A100,
+        attention_backward_efficiency=FLASH2_BACKWARD_A100,
+        flash2_forward_efficiency=FLASH2_FORWARD_A100,
+        flash2_backward_efficiency=FLASH2_BACKWARD_A100,
         sdpa_flash2_forward_ratio=1.0,  # not measured
         # no measured head-size-64 rates on A100: the generic law
         attention_head64_forward=0.0,
@@ -908,7 +919,7 @@ DEVICE_CATALOG: dict[str, DeviceProfile] = {
     # Comparison", torch_npu baseline): one (sequence, head) pair, head size 128, no mask, forward, at
     # 32768 tokens 3646.173 us, 42.60% of the part's peak; `ASCEND_FLASH_FORWARD` is that level read
     # through our attention model (tests/test_timing_public_runs.py). No public backward figure:
-    # A100's backward-over-forward ratio (0.57 / 0.73) assumed.
+    # A100's backward-over-forward ratio (`FLASH2_BACKWARD_A100` / `FLASH2_FORWARD_A100`) assumed.
     "ascend-910b": DeviceProfile(
         "ascend-910b",
         65536,
