@@ -748,3 +748,16 @@ def test_the_optimum_megatron_cannot_say_is_beside_what_its_flags_run(capsys, tm
     assert main(["check", str(run), "--plan", mine, "-q"]) == 0
     said = capsys.readouterr().out
     assert f"these flags run: iteration {optimum['megatron_iteration_s']:,.3f} s" in said
+
+
+def test_a_pasted_plan_text_that_is_no_flags_is_one_line(capsys) -> None:
+    """`ppb check RUN --plan "$(cat plan.yaml)"` (MindFormers keys or torchtitan's TOML lines as text): the error
+    named the whole pasted text as the file, over several lines; now one line naming --plan and what to give."""
+    text = "offset: [0, 0, 0, 0]\nrecompute: false\nselect_recompute: true"
+    assert main(["check", str(CONFIGS / "llama3-8b.yaml"), "--plan", text, "--no-optimum"]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert captured.err.splitlines() == [
+        "ppb: error: --plan: text that is not Megatron-LM flags (--...): a MindFormers yaml (.yaml, .yml), a plan "
+        "JSON or a torchtitan TOML (.toml) is given as its file"
+    ]

@@ -7,6 +7,8 @@ import math
 import multiprocessing
 import re
 import signal
+import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -176,3 +178,24 @@ def test_a_pool_worker_ends_on_sigterm_though_its_parent_ignored_it() -> None:
     finally:
         for number, handler in saved.items():
             signal.signal(number, handler)
+
+
+def test_a_pool_whose_terminate_hangs_does_not_hang_the_search(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A SIGTERM to the whole process group (a scheduler's, `kill -- -PGID`) killed the pool's workers with its
+    queue lock held: `Pool.terminate` waited on that lock forever and `ppb search` hung (qa32, reproduced on
+    searches/llama3-8b-64.yaml). A terminate that has not ended within the wait kills what the search started."""
+
+    class Stuck:
+        def terminate(self) -> None:
+            threading.Event().wait()  # the lock a killed worker holds, never released
+
+        def join(self) -> None:
+            raise AssertionError("joined a pool whose terminate never ended")
+
+    child = multiprocessing.get_context("spawn").Process(target=time.sleep, args=(60,))
+    child.start()
+    monkeypatch.setattr(rank, "TERMINATE_WAIT_S", 0.5)
+    started = time.monotonic()
+    rank._terminate(Stuck())
+    child.join(5.0)
+    assert time.monotonic() - started < 5.0 and child.exitcode is not None  # killed, not left to sleep 60 s

@@ -81,6 +81,15 @@ def _read_plan(
             standalone, mtp_cell = _mtp_apart_of(problem, document, path, run)
             return from_mindformers(standalone, document, str(path), run), "mindformers", mtp_cell
         if not os.path.exists(path):
+            if (
+                "\n" in plan.strip()
+            ):  # a plan's text pasted (yaml keys, TOML lines): one line naming --plan, not the text
+                raise InputError(
+                    None,
+                    "--plan",
+                    "text that is not Megatron-LM flags (--...): a MindFormers yaml (.yaml, .yml), a plan JSON or a "
+                    "torchtitan TOML (.toml) is given as its file",
+                )
             raise InputError(plan, None, "no such file (and not Megatron-LM flags)")
         if path.suffix.lower() == ".toml" or (
             path.suffix == ".py" and run is not None and run.framework == "torchtitan"

@@ -30,6 +30,7 @@ import math
 import multiprocessing
 import os
 import signal
+import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -595,10 +596,30 @@ class _Workers:
                 self._stop(index)
         if self.pool is not None:
             if abandoned:
-                self.pool.terminate()
+                _terminate(self.pool)
             else:
                 self.pool.close()
-            self.pool.join()
+                self.pool.join()
+
+
+TERMINATE_WAIT_S = 10.0
+
+
+def _terminate(pool: Any) -> None:
+    """`Pool.terminate`, which cannot hang the command. A signal to the whole process group (a scheduler's
+    SIGTERM, `kill -- -PGID`) kills the workers with the pool's queue lock held mid-`get`; terminate's
+    `_help_stuff_finish` then waits on that lock forever (CPython 3.11 multiprocessing/pool.py), and `ppb search`
+    hung after a traceback of the pool's worker handler (qa32). Where terminate has not ended after
+    TERMINATE_WAIT_S, every process this one started is killed (`multiprocessing.active_children`) and the
+    command ends; the pool's finalizer has run (once) and is not run again at exit."""
+    ending = threading.Thread(target=pool.terminate, daemon=True)
+    ending.start()
+    ending.join(TERMINATE_WAIT_S)
+    if ending.is_alive():
+        for child in multiprocessing.active_children():
+            child.kill()
+    else:
+        pool.join()
 
 
 # ---------------------------------------------------------------------------------------------
