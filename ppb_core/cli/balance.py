@@ -266,7 +266,12 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print(text)
     else:
-        render(result, solve_s)
+        # a run config's peaks are allocated, the device's reserved memory aside (`estimate.plan._peak_mb`):
+        # the memory they are held to is said in the same frame
+        memory_from = ""
+        if run_config is not None:
+            memory_from = "--memory" if args.memory is not None else "the device less device.reserved_mb"
+        render(result, solve_s, memory_from)
     return 0
 
 
@@ -327,15 +332,17 @@ def _number(value: float | None, digits: int = 6) -> str:
     return "—" if value is None else f"{value:.{digits}g}"
 
 
-def render(result: dict[str, Any], solve_s: float) -> None:
+def render(result: dict[str, Any], solve_s: float, memory_from: str = "") -> None:
     """The plan as rich tables: a summary (with the *solve_s* wall-clock seconds the solve took), the
-    stages, the yaml to paste, Megatron-LM flags, torchtitan TOML lines, baselines."""
+    stages, the yaml to paste, Megatron-LM flags, torchtitan TOML lines, baselines. *memory_from* says where
+    a run config's memory comes from (the frame of every peak printed: allocated, reserved_mb aside)."""
 
     console = table_console()
     given = result["input"]
     console.print(
         f"[bold]ppb balance[/bold] {escape(str(given['source']))}: P={given['stages']} m={given['micro_batches']} "
         f"V={given['interleave']} {given['schedule']} memory {given['memory_mb']:,g} MB"
+        + (f" usable ({memory_from})" if memory_from else "")
         + (
             f", {given['constant_memory_mb']:,g} MB of it held by every stage besides its layers"
             if given["constant_memory_mb"]
