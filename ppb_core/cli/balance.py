@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
@@ -332,6 +333,28 @@ def _number(value: float | None, digits: int = 6) -> str:
     return "—" if value is None else f"{value:.{digits}g}"
 
 
+def _print_yaml(console: Console, result: dict[str, Any], given: dict[str, Any]) -> None:
+    """The plan as MindFormers / HyperParallel yaml keys (`balance.outputs`: SAPP's yaml_from_internal lists)."""
+    console.print("To put in the MindFormers / HyperParallel yaml:")
+    for key in ("offset", "recompute", "select_recompute", "select_comm_recompute"):
+        console.print(f"  {key}: {result[key]}")
+    for key, value in _dotted(interleave_keys(given["interleave"])):
+        console.print(escape(f"  {key}: {value}"))
+    empty = [
+        f"(chunk {v}, stage {s})"
+        for v, row in enumerate(result.get("cells") or [])
+        for s, cell in enumerate(row)
+        if not sum(cell["options"].values())
+    ]
+    # `BalanceInput.reserved_cells`: Megatron-Core runs a virtual stage of E or L alone (with MTP layers,
+    # which MindFormers counts as layers, the cells say less: no note)
+    if empty and not given.get("mtp_layers"):
+        console.print(
+            f"  (cell {', '.join(empty)} holds no layer, as Megatron-Core runs it; MindFormers places layers "
+            "only, and needs one in every cell)"
+        )
+
+
 def render(result: dict[str, Any], solve_s: float, memory_from: str = "") -> None:
     """The plan as rich tables: a summary (with the *solve_s* wall-clock seconds the solve took), the
     stages, the yaml to paste, Megatron-LM flags, torchtitan TOML lines, baselines. *memory_from* says where
@@ -416,26 +439,11 @@ def render(result: dict[str, Any], solve_s: float, memory_from: str = "") -> Non
                 f"{row['bubble']:.1%}",
             )
         console.print(table)
-        console.print("To put in the MindFormers / HyperParallel yaml:")
-        for key in ("offset", "recompute", "select_recompute", "select_comm_recompute"):
-            console.print(f"  {key}: {result[key]}")
-        for key, value in _dotted(interleave_keys(given["interleave"])):
-            console.print(escape(f"  {key}: {value}"))
-        empty = [
-            f"(chunk {v}, stage {s})"
-            for v, row in enumerate(result.get("cells") or [])
-            for s, cell in enumerate(row)
-            if not sum(cell["options"].values())
-        ]
-        # `BalanceInput.reserved_cells`: Megatron-Core runs a virtual stage of E or L alone (with MTP layers,
-        # which MindFormers counts as layers, the cells say less: no note)
-        if empty and not given.get("mtp_layers"):
-            console.print(
-                f"  (cell {', '.join(empty)} holds no layer, as Megatron-Core runs it; MindFormers places layers "
-                "only, and needs one in every cell)"
-            )
-        # a torchtitan run's plan is said in its job TOML lines below, a MindFormers run config's in the yaml
-        # lines above, not as Megatron-LM flags (a layers.json's, whoever wrote it, says them all)
+        # a run config's plan is said in its framework's words only: a MindFormers run's in the yaml lines, a
+        # Megatron run's as Megatron-LM flags, a torchtitan run's in its job TOML lines; a layers.json's, whoever
+        # wrote it, in them all (the JSON and `-o` keep every form)
+        if not in_s or given.get("framework") == "mindformers":
+            _print_yaml(console, result, given)
         others = given.get("framework") == "torchtitan" or (in_s and given.get("framework") == "mindformers")
         for line in [] if others else megatron_lines(result["megatron"]):
             console.print(escape(line), soft_wrap=True)
