@@ -255,6 +255,25 @@ def test_a_mindformers_run_config_s_plan_is_said_in_its_yaml_not_as_megatron_fla
     assert "the balancer's plan" in out and "Megatron-LM" not in out
 
 
+@pytest.mark.parametrize(
+    ("config", "said"),
+    [
+        ("llama3-8b.yaml", "Megatron-LM: --pipeline-model-parallel-layout"),
+        ("llama3.1-8b-torchtitan.yaml", "torchtitan job TOML"),
+    ],
+)
+def test_a_megatron_or_torchtitan_run_config_s_plan_prints_no_mindformers_yaml(
+    capsys: pytest.CaptureFixture[str], config: str, said: str
+) -> None:
+    """A run config's plan is said in its framework's words: the MindFormers / HyperParallel yaml block (offset
+    and the recompute lists) is noise to a Megatron-LM or torchtitan user (qa32); its JSON keeps them."""
+    code, out, _ = _run(capsys, str(CONFIGS / config), "-q")
+    assert code == 0 and said in out
+    assert "MindFormers" not in out and "offset:" not in out and "select_recompute" not in out
+    code, out, _ = _run(capsys, str(CONFIGS / config), "-q", "--json")
+    assert code == 0 and "offset" in json.loads(out)
+
+
 def test_a_uniform_split_fits_by_the_peak_beside_it_and_the_gain_is_over_one_that_fits(
     capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:

@@ -54,7 +54,7 @@ def test_figure_is_a_png_of_the_declared_size_and_deterministic(stages: pd.DataF
 def test_summary_names_the_tightest_and_slowest_stage(stages: pd.DataFrame) -> None:
     text = summary_markdown(stages, "llama3-8b plan", {"status": "optimal"}, image="plan.png")
     # Stage 0 holds 30000 + 40000 + 2500 = 72500 MB of 76000: 3500 left, the least of all.
-    assert "- **tightest stage**: 0 (72,500 of 76,000 MB at its backward, 3,500 MB left)" in text
+    assert "- **tightest stage**: 0 (72,500 of 76,000 MB usable at its backward, 3,500 MB left)" in text
     # Stage 3 takes 12 + 24 = 36 ms a micro-batch; stage 0 only 30.5.
     assert "- **slowest stage**: 3 (36.000 ms a micro-batch)" in text
     assert "- **status**: optimal" in text and "every stage fits: yes" in text
@@ -67,8 +67,8 @@ def test_a_torchtitan_stage_fits_with_what_the_allocator_reserves(stages: pd.Dat
     text = summary_markdown(charged, "titan plan")
     assert "every stage fits: NO" in text
     assert (
-        "- **tightest stage**: 0 (76,500 of 76,000 MB at its backward, 4,000 MB of it outside the allocated peak "
-        "(the caching allocator's reserve, async TP's workspace), -500 MB left)"
+        "- **tightest stage**: 0 (76,500 of 76,000 MB usable at its backward, 4,000 MB of it outside the allocated "
+        "peak (the caching allocator's reserve, async TP's workspace), -500 MB left)"
     ) in text
     assert "| 72,500.0 | backward |" in text  # the table's peak is the allocated one
     assert "| 0 | 8 | SLCT 8 | 30,000.0 | 40,000.0 | 2,500.0 | 72,500.0 | backward | 76,000 | 10.000 | 20.500 |" in text
@@ -82,7 +82,7 @@ def test_a_stage_whose_loss_sets_its_peak_is_judged_by_it(stages: pd.DataFrame) 
     tight = stages.assign(device_mb=[76000.0, 76000.0, 76000.0, 43000.0])
     text = summary_markdown(tight, "t")
     assert "every stage fits: NO" in text
-    assert "- **tightest stage**: 3 (44,500 of 43,000 MB at its loss, -1,500 MB left)" in text
+    assert "- **tightest stage**: 3 (44,500 of 43,000 MB usable at its loss, -1,500 MB left)" in text
     lines = console_summary(Summarized(tight, {}), "r.md")
     assert lines[3] == "stage 3: DOES NOT FIT, 43.5 of 42.0 GiB"  # 44500 / 1024, 43000 / 1024
 

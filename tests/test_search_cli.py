@@ -21,7 +21,7 @@ from ppb_core.cli.search import (
 )
 from ppb_core.config.run import load_run_config
 from ppb_core.search.enumerate import Strategy
-from ppb_core.search.rank import Ranked
+from ppb_core.search.rank import Ranked, search
 from ppb_core.search.spec import SearchOptions, load_search_spec
 
 DATA = Path(__file__).parent / "data" / "search"
@@ -182,6 +182,60 @@ def test_a_long_balancing_says_how_many_balances_and_how_long_before_and_as_it_g
         "balanced 4 (bounded 40, waiting 9000); 996 more to fill the top 1,000, about 4.2 h more",
     ]
     assert [duration(s) for s in (40.4, 89, 90, 5399, 5400)] == ["40 s", "89 s", "2 min", "90 min", "1.5 h"]
+
+
+def _filled_top_spec(budget_s: float | None = None):
+    spec = load_search_spec(DATA / "tiny-dense.yaml")
+    return spec.model_copy(update={"search": spec.search.model_copy(update={"top": 20, "time_budget_s": budget_s})})
+
+
+def test_after_the_top_fills_the_progress_still_says_how_long_at_most(capsys, monkeypatch) -> None:
+    """qa32: once the top 20 filled, "balanced N (bounded M, waiting K)" went on for 20 minutes with no end said.
+    Now the line says the balances the bounds still leave (`contenders`, an upper bound) at the pace so far.
+    Clock faked: screening ends at 10 s, 20 balances done at 310 s, so 15 s a balance; at most 80 more take
+    80 · 15 = 1,200 s = 20 min. With a time budget of 600 s the search stops at 600 s: 600 − 310 = 290 s ("5 min")."""
+    for budget_s, said in ((None, "20 min"), (600.0, "5 min")):
+        clock = iter([0.0, 10.0, 10.0, 310.0, 310.0])
+        monkeypatch.setattr("ppb_core.cli.search.time.perf_counter", lambda clock=clock: next(clock))
+        progress = _Progress(_filled_top_spec(budget_s))
+        progress("screening done", {"screened": 300, "seconds": 10.0, "to_fill": 20, "most_balances": 300})
+        figures = {"balanced": 20, "relaxed": 60, "waiting": 200, "best": None, "to_fill": 0, "contenders": 80}
+        progress("balanced", figures)
+        last = capsys.readouterr().err.splitlines()[-1].split("] ", 1)[1]
+        assert last == (
+            "balanced 20 (bounded 60, waiting 200); top 20 filled, at most 80 more to balance until the bounds "
+            f"prune the rest, at most about {said} more"
+        )
+
+
+def test_the_live_bar_shows_time_elapsed_and_left(monkeypatch) -> None:
+    """On a terminal the bar's columns hold the time elapsed and left: left is the search's own estimate while
+    balancing (the figures above: 80 balances at 15 s, 20 min; the bar's end the most balances, 20 + 80), and
+    rich's from the speed while screening, "-" before it has one."""
+    clock = iter([0.0, 10.0, 310.0])
+    monkeypatch.setattr("ppb_core.cli.search.time.perf_counter", lambda: next(clock))
+    progress = _Progress(_filled_top_spec())
+    progress.live = True  # as on a terminal, the bar not started (no screen drawn)
+    columns = [type(column).__name__ for column in progress.progress.columns]
+    assert "TimeElapsedColumn" in columns and "_LeftColumn" in columns
+    progress("enumerated", {"enumerated": 300})
+    progress("screening done", {"screened": 300, "seconds": 10.0, "to_fill": 20, "most_balances": 300})
+    progress("balanced", {"balanced": 20, "relaxed": 60, "waiting": 200, "best": None, "contenders": 80})
+    left = progress.progress.columns[-1]
+    screening, balancing = progress.progress.tasks
+    assert left.render(screening).plain == "- left"
+    assert balancing.total == 100 and balancing.completed == 20
+    assert left.render(balancing).plain == "~20 min left"
+
+
+def test_the_balances_ahead_end_at_none_when_the_bounds_end_the_search() -> None:
+    """Each wave's `contenders` is at most what waits, and the last wave's is 0 when the search ends by its
+    bounds (every strategy left is beaten: none unexamined), so the estimate ends where the search does."""
+    events: list[dict] = []
+    spec = load_search_spec(DATA / "tiny-dense.yaml")
+    result = search(spec, 1, lambda event, figures: events.append(figures) if event == "balanced" else None)
+    assert events and all(0 <= figures["contenders"] <= figures["waiting"] for figures in events)
+    assert result.counts["unexamined"] == 0 and events[-1]["contenders"] == 0
 
 
 def test_the_limits_of_the_work_are_named_in_one_line() -> None:

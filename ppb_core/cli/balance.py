@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
@@ -266,7 +267,12 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print(text)
     else:
-        render(result, solve_s)
+        # a run config's peaks are allocated, the device's reserved memory aside (`estimate.plan._peak_mb`):
+        # the memory they are held to is said in the same frame
+        memory_from = ""
+        if run_config is not None:
+            memory_from = "--memory" if args.memory is not None else "the device less device.reserved_mb"
+        render(result, solve_s, memory_from)
     return 0
 
 
@@ -327,15 +333,39 @@ def _number(value: float | None, digits: int = 6) -> str:
     return "—" if value is None else f"{value:.{digits}g}"
 
 
-def render(result: dict[str, Any], solve_s: float) -> None:
+def _print_yaml(console: Console, result: dict[str, Any], given: dict[str, Any]) -> None:
+    """The plan as MindFormers / HyperParallel yaml keys (`balance.outputs`: SAPP's yaml_from_internal lists)."""
+    console.print("To put in the MindFormers / HyperParallel yaml:")
+    for key in ("offset", "recompute", "select_recompute", "select_comm_recompute"):
+        console.print(f"  {key}: {result[key]}")
+    for key, value in _dotted(interleave_keys(given["interleave"])):
+        console.print(escape(f"  {key}: {value}"))
+    empty = [
+        f"(chunk {v}, stage {s})"
+        for v, row in enumerate(result.get("cells") or [])
+        for s, cell in enumerate(row)
+        if not sum(cell["options"].values())
+    ]
+    # `BalanceInput.reserved_cells`: Megatron-Core runs a virtual stage of E or L alone (with MTP layers,
+    # which MindFormers counts as layers, the cells say less: no note)
+    if empty and not given.get("mtp_layers"):
+        console.print(
+            f"  (cell {', '.join(empty)} holds no layer, as Megatron-Core runs it; MindFormers places layers "
+            "only, and needs one in every cell)"
+        )
+
+
+def render(result: dict[str, Any], solve_s: float, memory_from: str = "") -> None:
     """The plan as rich tables: a summary (with the *solve_s* wall-clock seconds the solve took), the
-    stages, the yaml to paste, Megatron-LM flags, torchtitan TOML lines, baselines."""
+    stages, the yaml to paste, Megatron-LM flags, torchtitan TOML lines, baselines. *memory_from* says where
+    a run config's memory comes from (the frame of every peak printed: allocated, reserved_mb aside)."""
 
     console = table_console()
     given = result["input"]
     console.print(
         f"[bold]ppb balance[/bold] {escape(str(given['source']))}: P={given['stages']} m={given['micro_batches']} "
         f"V={given['interleave']} {given['schedule']} memory {given['memory_mb']:,g} MB"
+        + (f" usable ({memory_from})" if memory_from else "")
         + (
             f", {given['constant_memory_mb']:,g} MB of it held by every stage besides its layers"
             if given["constant_memory_mb"]
@@ -409,26 +439,11 @@ def render(result: dict[str, Any], solve_s: float) -> None:
                 f"{row['bubble']:.1%}",
             )
         console.print(table)
-        console.print("To put in the MindFormers / HyperParallel yaml:")
-        for key in ("offset", "recompute", "select_recompute", "select_comm_recompute"):
-            console.print(f"  {key}: {result[key]}")
-        for key, value in _dotted(interleave_keys(given["interleave"])):
-            console.print(escape(f"  {key}: {value}"))
-        empty = [
-            f"(chunk {v}, stage {s})"
-            for v, row in enumerate(result.get("cells") or [])
-            for s, cell in enumerate(row)
-            if not sum(cell["options"].values())
-        ]
-        # `BalanceInput.reserved_cells`: Megatron-Core runs a virtual stage of E or L alone (with MTP layers,
-        # which MindFormers counts as layers, the cells say less: no note)
-        if empty and not given.get("mtp_layers"):
-            console.print(
-                f"  (cell {', '.join(empty)} holds no layer, as Megatron-Core runs it; MindFormers places layers "
-                "only, and needs one in every cell)"
-            )
-        # a torchtitan run's plan is said in its job TOML lines below, a MindFormers run config's in the yaml
-        # lines above, not as Megatron-LM flags (a layers.json's, whoever wrote it, says them all)
+        # a run config's plan is said in its framework's words only: a MindFormers run's in the yaml lines, a
+        # Megatron run's as Megatron-LM flags, a torchtitan run's in its job TOML lines; a layers.json's, whoever
+        # wrote it, in them all (the JSON and `-o` keep every form)
+        if not in_s or given.get("framework") == "mindformers":
+            _print_yaml(console, result, given)
         others = given.get("framework") == "torchtitan" or (in_s and given.get("framework") == "mindformers")
         for line in [] if others else megatron_lines(result["megatron"]):
             console.print(escape(line), soft_wrap=True)

@@ -186,10 +186,12 @@ def render(out: dict[str, Any]) -> None:
     # framework: said as what it is
     form = "ppb balance" if out["form"] == "mindformers" and out["plan"].lower().endswith(".json") else out["form"]
     console.print(f"[bold]ppb check[/bold] {escape(out['run'])}: {form} plan {escape(out['plan'])}")
-    table = Table(title="stages (memory model, usable device memory)")
+    # peaks allocated, as `ppb estimate`, `ppb balance` and the plan report print them; the device less its
+    # reserved_mb (CUDA context, NCCL) in the same frame (`estimate.check.StageCheck`)
+    table = Table(title="stages (memory model: peak allocated; usable: the device less device.reserved_mb)")
     # torchtitan FSDP2's stages are charged what the caching allocator reserves beyond their peak (`StageCheck`)
     allocator = any(row.get("allocator_mb") for row in out["stages"])
-    names = ("stage", "layers", "options", "peak MB", *(("allocator MB",) if allocator else ()), "device MB")
+    names = ("stage", "layers", "options", "peak MB", *(("allocator MB",) if allocator else ()), "usable MB")
     for name in (*names, "free MB", "moment", "fits"):
         table.add_column(name, justify="left" if name in ("options", "moment") else "right")
     for row in out["stages"]:

@@ -15,6 +15,7 @@ from ppb_core.errors import InputError, shown
 from ppb_core.estimate.inputs import load_run
 from ppb_core.estimate.run import Estimate, estimate
 from ppb_core.memory import BUFFER_RULES, MemoryModel
+from ppb_core.memory.peak import StagePeak
 from ppb_core.model.switches import OPTIONS
 from ppb_core.model.walk import refused_split
 from ppb_core.timing.iteration import BREAKDOWN_KEYS, run_iteration
@@ -44,6 +45,17 @@ def run(args: argparse.Namespace) -> int:
 
 def _mb(value: float) -> str:
     return f"{value / MB:,.1f}"
+
+
+def allocated_bytes(peak: StagePeak) -> float:
+    """A stage's peak as the frameworks' allocators count it and `ppb balance`/`check` print it: the run
+    config's reserved memory (CUDA context, NCCL: outside the allocator) aside."""
+    return peak.peak_bytes - peak.reserved_bytes
+
+
+def usable_bytes(peak: StagePeak) -> float:
+    """What a stage may use of the device, in the frame of `allocated_bytes`: the device less reserved_mb."""
+    return peak.device_bytes - peak.reserved_bytes
 
 
 def print_tables(result: Estimate) -> None:
@@ -130,10 +142,13 @@ def print_tables(result: Estimate) -> None:
     stages = Table(
         title=f"Stages ({run.get('framework', 'megatron')}; body layers at {options}), MB per device",
         caption="MB of 2**20 bytes; activations × micro-batches in flight per chunk; working: the largest backward's "
-        "working set; loss: what the loss adds on the stage of the TAIL (the output layer); peak: the largest moment "
-        "(backward, loss, gradient reduction, optimizer step), reserved memory included; at full: the peak with every "
-        "body layer fully recomputed; fits: the peak within the device, with what torch's caching allocator "
-        "reserves beyond it where ppb prices its pools (torchtitan FSDP2, below) and async TP's symmetric workspace",
+        "working set; loss: what the loss adds on the stage of the TAIL (the output layer); reserved: the run "
+        "config's device.reserved_mb (CUDA context, NCCL), outside the peak; peak: the largest moment (backward, "
+        "loss, gradient reduction, optimizer step), allocated, as `ppb balance`, `ppb check` and the plan report "
+        "print it (--json's peak_bytes adds reserved_bytes); at full: the peak with every body layer fully "
+        "recomputed; usable: the device less reserved; fits: the peak within usable, with what torch's caching "
+        "allocator reserves beyond it where ppb prices its pools (torchtitan FSDP2, below) and async TP's symmetric "
+        "workspace",
     )
     for name in (
         "stage",
@@ -148,7 +163,7 @@ def print_tables(result: Estimate) -> None:
         "peak",
         "moment",
         "at full",
-        "device",
+        "usable",
         "fits",
     ):
         stages.add_column(name, justify="left" if name in ("in flight", "moment") else "right")
@@ -164,10 +179,10 @@ def print_tables(result: Estimate) -> None:
             _mb(peak.working_bytes),
             _mb(peak.loss_bytes) if peak.holds_tail else "-",
             _mb(peak.reserved_bytes),
-            _mb(peak.peak_bytes),
+            _mb(allocated_bytes(peak)),
             peak.moment,
-            _mb(full.peak_bytes) if full is not None else "-",
-            _mb(peak.device_bytes),
+            _mb(allocated_bytes(full)) if full is not None else "-",
+            _mb(usable_bytes(peak)),
             "yes" if peak.fits else "[red]no[/red]",
         )
     console.print(stages)
@@ -190,11 +205,13 @@ def print_tables(result: Estimate) -> None:
         )
     print_memory_calibration(console, run)
     if result.stages_at_full:
-        highest = max(result.stages_at_full, key=lambda peak: peak.peak_bytes)
-        configured = max(result.stages, key=lambda peak: peak.peak_bytes)
+        highest = max(result.stages_at_full, key=allocated_bytes)
+        configured = max(result.stages, key=allocated_bytes)
         console.print(
-            f"run peak: {_mb(configured.peak_bytes)} MB (stage {configured.stage}, {configured.moment}); "
-            f"at full recompute: {_mb(highest.peak_bytes)} MB (stage {highest.stage}, {highest.moment})"
+            f"run peak: {_mb(allocated_bytes(configured))} MB allocated (stage {configured.stage}, "
+            f"{configured.moment}) of {_mb(usable_bytes(configured))} MB usable (the device's "
+            f"{_mb(configured.device_bytes)} MB less reserved_mb {_mb(configured.reserved_bytes)}); at full recompute: "
+            f"{_mb(allocated_bytes(highest))} MB (stage {highest.stage}, {highest.moment})"
         )
 
 

@@ -18,8 +18,9 @@ import time
 from typing import Any
 
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, ProgressColumn, Task, TextColumn, TimeElapsedColumn
 from rich.table import Table
+from rich.text import Text
 
 from ppb_core import limits
 from ppb_core.balance.torchtitan_plan import torchtitan_lines
@@ -73,6 +74,7 @@ class _Progress:
             BarColumn(),
             MofNCompleteColumn(),
             TimeElapsedColumn(),
+            _LeftColumn(),
             console=self.console,
             transient=True,
         )
@@ -110,7 +112,7 @@ class _Progress:
                 self.balancing = time.perf_counter()
                 self._line(f"screened {figures['screened']:,}; balancing the most promising{self._ahead(figures)}")
             elif event == "balanced":
-                self._line(self._balanced(figures))
+                self._line(self._balanced(figures, *self._ahead_s(figures)))
             return
         if event == "screening done":
             self.balancing = time.perf_counter()
@@ -126,7 +128,15 @@ class _Progress:
         elif event == "balanced":
             if self.balance is None:
                 self.balance = self.progress.add_task("balancing", total=None)
-            self.progress.update(self.balance, completed=figures["balanced"], description=self._balanced(figures))
+            ahead, left_s = self._ahead_s(figures)
+            self.progress.update(
+                self.balance,
+                completed=figures["balanced"],
+                # the most balances there can be: the bar's end moves in as the bounds prune
+                total=figures["balanced"] + ahead if ahead else None,
+                description=self._balanced(figures, ahead, left_s),
+                left_s=left_s,
+            )
 
     def _ahead(self, figures: dict[str, Any]) -> str:
         """The balances ahead, before the first one: a `top: 1000` search on a large grid balances for hours,
@@ -137,17 +147,44 @@ class _Progress:
             said += f", then more until the bounds prune the rest (at most {figures['most_balances']:,})"
         return said
 
-    def _balanced(self, figures: dict[str, Any]) -> str:
+    def _ahead_s(self, figures: dict[str, Any]) -> tuple[int, float | None]:
+        """The balances ahead (those to fill the top, else the most the bounds leave: `contenders`) and, at the
+        pace so far (wall clock since screening, bounding included), the seconds they take, within the spec's
+        time budget: an estimate, never in the JSON. None before a first balance."""
+        ahead = figures.get("to_fill", 0) or figures.get("contenders", 0)
+        if not figures["balanced"]:
+            return ahead, None
+        now = time.perf_counter()
+        left_s = ahead * (now - self.balancing) / figures["balanced"]
+        budget_s = self.spec.search.time_budget_s
+        if budget_s is not None:  # the search stops at its budget, counted from its start
+            left_s = min(left_s, max(0.0, budget_s - (now - self.started)))
+        return ahead, left_s
+
+    def _balanced(self, figures: dict[str, Any], ahead: int, left_s: float | None) -> str:
         text = f"balanced {figures['balanced']} (bounded {figures['relaxed']}, waiting {figures['waiting']})"
         best = figures.get("best")
         if best is not None:
             text += f", best {best.strategy.label(self.spec)}: {best.seconds:,.3f} s"
-        more = figures.get("to_fill", 0)
-        if more and figures["balanced"]:
-            # the pace so far, wall clock since screening (bounding included): an estimate, never in the JSON
-            each_s = (time.perf_counter() - self.balancing) / figures["balanced"]
-            text += f"; {more:,} more to fill the top {self.spec.search.top:,}, about {duration(more * each_s)} more"
-        return text
+        if not ahead or left_s is None:
+            return text
+        if figures.get("to_fill", 0):
+            return text + f"; {ahead:,} more to fill the top {self.spec.search.top:,}, about {duration(left_s)} more"
+        # the top is filled: what is left is the strategies the ranking does not yet beat, at most
+        return text + (
+            f"; top {self.spec.search.top:,} filled, at most {ahead:,} more to balance until the bounds prune the "
+            f"rest, at most about {duration(left_s)} more"
+        )
+
+
+class _LeftColumn(ProgressColumn):
+    """The time left beside the time elapsed: the search's own estimate where it gives one (balancing, `left_s`:
+    its pace times the balances ahead), else rich's from the task's speed (screening)."""
+
+    def render(self, task: Task) -> Text:
+        left_s = task.fields.get("left_s", task.time_remaining)
+        said = "-" if left_s is None else f"~{duration(left_s)}"
+        return Text(f"{said} left", style="progress.remaining")
 
 
 def duration(seconds: float) -> str:

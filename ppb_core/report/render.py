@@ -219,7 +219,7 @@ def summary_markdown(
     lines += [
         f"- **stages**: {len(stages)}; every stage fits: {'yes' if (headroom >= 0).all() else 'NO'}",
         f"- **tightest stage**: {stages['stage'][tightest]} ({_number(memory[tightest], 0)} of "
-        f"{_number(stages['device_mb'][tightest], 0)} MB at its {stages['moment'][tightest]}, "
+        f"{_number(stages['device_mb'][tightest], 0)} MB usable at its {stages['moment'][tightest]}, "
         + (
             f"{_number(stages['allocator_mb'][tightest], 0)} MB of it outside the allocated peak (the caching "
             "allocator's reserve, async TP's workspace), "
@@ -237,7 +237,7 @@ def summary_markdown(
     models_header, models_rule = (" models |", "---|") if held is not None else ("", "")
     lines += [
         f"| stage | layers |{models_header} options | parameters MB | activations MB | buffers MB | peak MB "
-        f"| moment | device MB | forward {time_unit} | backward {time_unit} |",
+        f"| moment | usable MB | forward {time_unit} | backward {time_unit} |",
         f"|---:|---:|{models_rule}---|---:|---:|---:|---:|---|---:|---:|---:|",
     ]
     for index, row in stages.iterrows():

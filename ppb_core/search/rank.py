@@ -856,6 +856,12 @@ def search_points(
                         len(queue),
                         len(queue) if limit is None else max(0, limit - counts["balanced"]),
                     ),
+                    # the most balances still ahead: the strategies waiting that the ranking does not yet beat,
+                    # within the budget (the bounds prune more as the ranking tightens: an upper bound)
+                    contenders=min(
+                        sum(1 for bound, strategy, _ in queue if not beaten(bound, strategy)),
+                        len(queue) if limit is None else max(0, limit - counts["balanced"]),
+                    ),
                 )
         waiting = [(bound, strategy) for bound, strategy, _ in queue if not beaten(bound, strategy)]
         counts["pruned"] = len(queue) - len(waiting)
