@@ -60,7 +60,8 @@ def time_key(strategy: Strategy) -> tuple:
     collective (over ep·etp > 1) hides behind the paired micro-batch's compute (`TimeModel._dualpipe_share`),
     so its layer times are its own (shared with 1F1B they made a DualPipeV strategy's bound its 1F1B
     twin's, above its own time); under the combined 1F1B the figures charge each backward less its slack
-    (`combined_slack_ms`)."""
+    (`combined_slack_ms`); under Megatron-FSDP each unit's gathers and reductions are host launches of the
+    layer's (`launches.fsdp_unit_launches`), so FSDP's layer times are not its ZeRO twin's."""
     s = strategy
     dualpipe = s.schedule == "dualpipev" and s.ep * s.etp > 1
     return (
@@ -74,13 +75,14 @@ def time_key(strategy: Strategy) -> tuple:
         s.recompute,
         dualpipe,
         s.ep_overlap,
+        s.fsdp,
     )
 
 
 def memory_key(strategy: Strategy) -> tuple:
     """What the layer memory of a strategy depends on (beside the spec): all but vpp and the schedule."""
     s = strategy
-    return (*time_key(s), s.dp, s.pp, s.zero, s.fsdp, s.micro_batches)
+    return (*time_key(s), s.dp, s.pp, s.zero, s.micro_batches)
 
 
 @dataclass(frozen=True)
