@@ -191,6 +191,34 @@ DEEPSEEK_CODER_33B = {
 }
 
 
+# DeepSeek-V2 as research/deepseek2/deepseek2_236b/finetune_deepseek2_236B.yaml (a4dfb8219) states it: hidden 5120,
+# 60 layers (the first dense, `first_k_dense_replace: 1`, FFN 12288), 128 heads of MLA (q_lora_rank 1536,
+# kv_lora_rank 512, nope 128, rope 64, v 128), vocabulary 102400; moe_config: 160 experts of 1536, top 6 from the
+# best 3 of 8 groups (`group_limited_greedy`), 2 shared experts (LlamaFeedForwardWithMoE's one MLP of
+# 2 · 1536), `extend_method: "None"` (plain rotary positions)
+DEEPSEEK_V2_236B = {
+    "vocab_size": 102400,
+    "hidden_size": 5120,
+    "num_layers": 60,
+    "num_attention_heads": 128,
+    "intermediate_size": 12288,
+    "max_position_embeddings": 163840,
+    "num_experts": 160,
+    "experts_per_token": 6,
+    "moe_intermediate_size": 1536,
+    "shared_experts": 2,
+    "shared_expert_intermediate_size": 1536,
+    "expert_groups": 8,
+    "expert_group_limit": 3,
+    "first_dense_layers": 1,
+    "q_lora_rank": 1536,
+    "kv_lora_rank": 512,
+    "qk_nope_head_dim": 128,
+    "qk_rope_head_dim": 64,
+    "v_head_dim": 128,
+}
+
+
 @dataclass(frozen=True)
 class Card:
     """One model card's training row and what its yaml at a4dfb8219 sets."""
@@ -225,6 +253,11 @@ class Card:
     # the model's embedding built with `parallel_optimizer=True` (research/qwen/qwen_model.py `QwenModel`'s
     # `LlamaEmbedding(..., parallel_optimizer=True)` at v1.3.0 debac6a97): its table sharded by optimizer parallel
     embedding_parallel_optimizer: bool = False
+    # MoE: parallel_config.expert_parallel and moe_config.capacity_factor (MoEV2's BatchMatMul experts, padded
+    # to the capacity and split over model_parallel: ppb's etp defaulting to tp); None: a dense model
+    expert_parallel: int = 1
+    capacity_factor: float | None = None
+    seq_parallel: bool | None = None  # parallel_config.use_seq_parallel where the yaml sets it (else mp > 1)
 
     def plan(self) -> dict[str, Any] | None:
         """The yaml's per-stage layout and recompute in MindFormers' words, as `ppb check --plan` reads
@@ -275,7 +308,7 @@ class Card:
 #   parallel of device num = 32";
 # - Baichuan2 (NormHead; 13B's ALiBi), InternLM (its own attention biases and model class), GPT-2,
 #   PanGu-α, CodeGeeX2, Qwen-VL, TeleChat2 (fp32 residual stream): model classes ppb's spec does not
-#   state; LoRA rows (frozen weights); DeepSeek-V2 and the MoE rows;
+#   state; LoRA rows (frozen weights); the MoE rows but DeepSeek-V2;
 # - tables measured on "Atlas 800" (the 910A) or without a hardware line.
 CARD_ROWS: tuple[Card, ...] = (
     Card(
@@ -770,12 +803,41 @@ CARD_ROWS: tuple[Card, ...] = (
         recompute_layers=(6, 3, 2, 3),
         rotary_dtype=None,
     ),
+    # research/deepseek2/readme.md (Atlas 900 A2 PoDc): deepseek2-236b Finetune 36 tokens/s/p. Its yaml: dp 4 ·
+    # mp 8 · pp 2, expert_parallel 4, micro_batch_num 20, use_seq_parallel False, full recompute, no flash
+    # attention, compute and param_init bfloat16, O1; deepseek2_model.py routes through LlamaFeedForwardWithMoE
+    # with MoEV2 (`use_gmm` unset: BatchMatMul experts padded to capacity_factor 2.0). Not read: enable_sdrop
+    # (which copies a full expert drops), the three auxiliary losses.
+    Card(
+        "DeepSeek-V2 236B finetune",
+        ATLAS_900_A2,
+        "research/deepseek2/deepseek2_236b/finetune_deepseek2_236B.yaml",
+        36.0,
+        DEEPSEEK_V2_236B,
+        seq_length=4096,
+        dp=4,
+        mp=8,
+        pp=2,
+        batch_size=1,
+        accumulation=1,
+        micro_batch_num=20,
+        full_recompute=True,
+        dtype="bf16",
+        flash_attention=False,
+        expert_parallel=4,
+        capacity_factor=2.0,
+        seq_parallel=False,
+        rotary_dtype=None,  # deepseek2_model.py's own rotary for MLA's rope half, not LLaMA's cell: generic
+    ),
 )
 
 
 def card_raw(card: Card) -> dict[str, Any]:
     """The card's run config."""
-    parallel: dict[str, Any] = {"dp": card.dp, "tp": card.mp, "pp": card.pp, "sequence_parallel": card.mp > 1}
+    sequence_parallel = card.mp > 1 if card.seq_parallel is None else card.seq_parallel
+    parallel: dict[str, Any] = {"dp": card.dp, "tp": card.mp, "pp": card.pp, "sequence_parallel": sequence_parallel}
+    if card.expert_parallel > 1:
+        parallel["ep"] = card.expert_parallel
     parallel["enable_parallel_optimizer"] = card.parallel_optimizer
     if card.embedding_parallel_optimizer:
         parallel["embedding_parallel_optimizer"] = True
@@ -786,6 +848,8 @@ def card_raw(card: Card) -> dict[str, Any]:
         "dtype": card.dtype,
         "flash_attention": card.flash_attention,
     }
+    if card.capacity_factor is not None:
+        training["moe"] = {"dropless": False, "capacity_factor": card.capacity_factor}
     if card.full_recompute:
         training["recompute"] = "full"
     elif card.select_layers or card.select_all:

@@ -266,7 +266,7 @@ def test_a_megatron_or_torchtitan_run_config_s_plan_prints_no_mindformers_yaml(
     capsys: pytest.CaptureFixture[str], config: str, said: str
 ) -> None:
     """A run config's plan is said in its framework's words: the MindFormers / HyperParallel yaml block (offset
-    and the recompute lists) is noise to a Megatron-LM or torchtitan user (qa32); its JSON keeps them."""
+    and the recompute lists) is noise to a Megatron-LM or torchtitan user (found in user QA); its JSON keeps them."""
     code, out, _ = _run(capsys, str(CONFIGS / config), "-q")
     assert code == 0 and said in out
     assert "MindFormers" not in out and "offset:" not in out and "select_recompute" not in out

@@ -135,7 +135,30 @@ def test_every_card_row_is_its_yaml_and_readme(cards):
         assert model["use_flash_attention"] is card.flash_attention and dtypes[model["compute_dtype"]] == card.dtype
         param = {"float32": "fp32", **dtypes}[model["param_init_type"]]
         assert card.param_dtype == (None if param == card.dtype else param)
-        assert par.get("use_seq_parallel", False) is True or card.mp == 1
+        if card.seq_parallel is None:
+            assert par.get("use_seq_parallel", False) is True or card.mp == 1
+        else:
+            assert par.get("use_seq_parallel", False) is card.seq_parallel
+        # MoE: expert_parallel and a padded capacity (MoEV2, `use_gmm` unset); a dense card (ChatGLM3's yaml
+        # has a moe_config of expert_num 1) states neither
+        moe = config.get("moe_config") or {}
+        assert par.get("expert_parallel", 1) == card.expert_parallel and not moe.get("use_gmm")
+        routed = (moe.get("expert_num") or 1) > 1
+        assert (moe["capacity_factor"] if routed else None) == card.capacity_factor
+        if routed:
+            said = (
+                moe["expert_num"],
+                moe["num_experts_chosen"],
+                moe["moe_intermediate_size"],
+                moe["shared_expert_num"],
+            )
+            spec_moe = ("num_experts", "experts_per_token", "moe_intermediate_size", "shared_experts")
+            assert said == tuple(card.spec[key] for key in spec_moe)
+            assert (moe["n_group"], moe["topk_group"], moe["first_k_dense_replace"]) == (
+                card.spec["expert_groups"],
+                card.spec["expert_group_limit"],
+                card.spec["first_dense_layers"],
+            )
         assert config["parallel"]["enable_parallel_optimizer"] is card.parallel_optimizer
         # context.jit_config.jit_level (mindspore.set_context's jit_config): graph-kernel fusion at O1
         assert (config["context"].get("jit_config") or {}).get("jit_level") == card.jit_level

@@ -125,7 +125,7 @@ def test_the_closing_line_says_which_way_the_plan_goes(planned: float, uniform: 
 def test_the_closing_lines_say_what_megatrons_flags_run_where_the_plan_is_not_theirs() -> None:
     """A Megatron plan whose recompute differs layer by layer is not Megatron-Core's to say; the flags printed
     are the fastest plan it can say (`megatron_iteration_s`, `plan_iterations`' `megatron_iteration`). The
-    l70b run of qa32 (Llama 3 70B, TP4 PP4 VPP5): plan 15.971 s, its flags 16.640 s, uniform FULL 20.460 s:
+    a user-QA run (Llama 3 70B, TP4 PP4 VPP5): plan 15.971 s, its flags 16.640 s, uniform FULL 20.460 s:
     20.460 / 15.971 = 1.281, 20.460 / 16.640 = 1.2296."""
     frame = pd.DataFrame({"stage": [0], "peak_mb": [1024.0], "allocator_mb": [0.0], "device_mb": [2048.0]})
     summary = {

@@ -190,7 +190,7 @@ def _filled_top_spec(budget_s: float | None = None):
 
 
 def test_after_the_top_fills_the_progress_still_says_how_long_at_most(capsys, monkeypatch) -> None:
-    """qa32: once the top 20 filled, "balanced N (bounded M, waiting K)" went on for 20 minutes with no end said.
+    """User QA: once the top 20 filled, "balanced N (bounded M, waiting K)" went on for 20 minutes with no end said.
     Now the line says the balances the bounds still leave (`contenders`, an upper bound) at the pace so far.
     Clock faked: screening ends at 10 s, 20 balances done at 310 s, so 15 s a balance; at most 80 more take
     80 · 15 = 1,200 s = 20 min. With a time budget of 600 s the search stops at 600 s: 600 − 310 = 290 s ("5 min")."""

@@ -182,7 +182,7 @@ def test_a_pool_worker_ends_on_sigterm_though_its_parent_ignored_it() -> None:
 
 def test_a_pool_whose_terminate_hangs_does_not_hang_the_search(monkeypatch: pytest.MonkeyPatch) -> None:
     """A SIGTERM to the whole process group (a scheduler's, `kill -- -PGID`) killed the pool's workers with its
-    queue lock held: `Pool.terminate` waited on that lock forever and `ppb search` hung (qa32, reproduced on
+    queue lock held: `Pool.terminate` waited on that lock forever and `ppb search` hung (user QA, reproduced on
     searches/llama3-8b-64.yaml). A terminate that has not ended within the wait kills what the search started."""
 
     class Stuck:

@@ -334,6 +334,7 @@ def _check_sizes(document: dict[str, Any], problem: BalanceInput, run: RunConfig
         _check_device_memory(document, problem, where)
     if run is not None and run.framework == "mindformers":
         _check_optimizer_parallel(document, run, where)
+        _check_grouped_matmul_moe(document, run, where)
 
 
 def _check_interleave(document: dict[str, Any], chunks: int, where: str) -> None:
@@ -423,6 +424,34 @@ def _check_optimizer_parallel(document: dict[str, Any], run: RunConfig, where: s
                 f"parallel.parallel_optimizer_config.{key}",
                 f"{shown(value)}, the run config has {shown(expected)}: ppb checks the plan at the run's sharding",
             )
+
+
+def _check_grouped_matmul_moe(document: dict[str, Any], run: RunConfig, where: str) -> None:
+    """A yaml whose `moe_config.use_gmm` is on runs MindFormers' MoEV3 (mindformers/models/llama/llama_layer.py
+    `LlamaFeedForwardWithMoE.__init__`, the DeepSeek-V3 pretrain yaml's path, 6bac7f5ab^): its experts are whole on
+    each expert-parallel rank (mindformers/modules/transformer/moev3.py `FFN`: tokens stay sharded over
+    data_parallel·model_parallel, `ffn_forward_func` all-to-alls them over the `expert_parallel` ranks and runs
+    GroupedMatmul on whole expert weights; no expert tensor parallelism) and it routes every token ("Capacity
+    factor is ignored", `MoEV3.__init__`). A run config pricing expert TP at tp, or a capacity, prices another
+    MoE (gathers of the routed tokens over tp, padded experts) without a word."""
+    moe_config = document.get("moe_config")
+    if not isinstance(moe_config, dict) or not moe_config.get("use_gmm"):
+        return
+    if run.parallel.expert_tp != 1:
+        said = "not set, so tp" if run.parallel.etp is None else str(run.parallel.etp)
+        raise InputError(
+            where,
+            "moe_config.use_gmm",
+            f"True runs MoEV3, whose experts have no tensor parallelism; the run config's parallel.etp is {said} "
+            f"({run.parallel.expert_tp}): set parallel.etp 1",
+        )
+    if not run.training.moe.dropless:
+        raise InputError(
+            where,
+            "moe_config.use_gmm",
+            "True runs MoEV3, which ignores capacity_factor and routes every token; the run config has "
+            "training.moe.dropless false: set it true",
+        )
 
 
 def from_mindformers(problem: BalanceInput, document: dict[str, Any], where: str, run: RunConfig | None = None) -> Plan:

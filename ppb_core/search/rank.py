@@ -609,7 +609,7 @@ def _terminate(pool: Any) -> None:
     """`Pool.terminate`, which cannot hang the command. A signal to the whole process group (a scheduler's
     SIGTERM, `kill -- -PGID`) kills the workers with the pool's queue lock held mid-`get`; terminate's
     `_help_stuff_finish` then waits on that lock forever (CPython 3.11 multiprocessing/pool.py), and `ppb search`
-    hung after a traceback of the pool's worker handler (qa32). Where terminate has not ended after
+    hung after a traceback of the pool's worker handler (found in user QA). Where terminate has not ended after
     TERMINATE_WAIT_S, every process this one started is killed (`multiprocessing.active_children`) and the
     command ends; the pool's finalizer has run (once) and is not run again at exit."""
     ending = threading.Thread(target=pool.terminate, daemon=True)
