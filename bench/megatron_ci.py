@@ -57,6 +57,7 @@ import shlex
 import subprocess
 import sys
 from collections import Counter, defaultdict
+from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -657,6 +658,20 @@ def _changed(then: dict[str, Any] | None, now: dict[str, Any] | None) -> tuple[s
     return tuple(sorted(name for name in then.keys() | now.keys() if then.get(name) != now.get(name)))
 
 
+def _golden_versions(path: str) -> Iterator[tuple[str, str, str, dict[str, Any]]]:
+    """(commit line, sha, path then, the file's JSON) of every version of a golden file, newest first
+    (`_history`: renames followed, pure renames and unreadable versions skipped)."""
+    for commit, where, renamed in _history(path):
+        if renamed:
+            continue
+        sha = commit.split()[0]
+        try:
+            data = json.loads(_git("show", f"{sha}:{where}"))
+        except (subprocess.CalledProcessError, json.JSONDecodeError):
+            continue
+        yield commit, sha, where, data
+
+
 def golden_reruns(path: str) -> list[GoldenVersion]:
     """Every version of a golden file that recorded a peak, newest first (`_history`: renames followed, pure
     renames skipped), with the case's flags and variables set otherwise then than where the newest was written
@@ -666,14 +681,7 @@ def golden_reruns(path: str) -> list[GoldenVersion]:
     setting changing: what the data and the initialization route, for an MoE case."""
     now: dict[str, Any] | None = None
     found: list[GoldenVersion] = []
-    for commit, where, renamed in _history(path):
-        if renamed:
-            continue
-        sha = commit.split()[0]
-        try:
-            data = json.loads(_git("show", f"{sha}:{where}"))
-        except (subprocess.CalledProcessError, json.JSONDecodeError):
-            continue
+    for commit, sha, where, data in _golden_versions(path):
         peak = last_peak_gib(data.get("mem-max-allocated-bytes"))
         after = last_peak_gib(data.get("mem-allocated-bytes"))
         if peak is None or (found and found[-1].peak == peak and found[-1].after_step == after):
@@ -701,14 +709,7 @@ def seconds_reruns(path: str) -> list[SecondsVersion]:
     row is read against."""
     now: dict[str, Any] | None = None
     found: list[SecondsVersion] = []
-    for commit, where, renamed in _history(path):
-        if renamed:
-            continue
-        sha = commit.split()[0]
-        try:
-            data = json.loads(_git("show", f"{sha}:{where}"))
-        except (subprocess.CalledProcessError, json.JSONDecodeError):
-            continue
+    for commit, sha, where, data in _golden_versions(path):
         seconds = seconds_of(data.get("iteration-time"))
         if seconds is None:
             continue

@@ -379,14 +379,9 @@ _CALLS = ("default_adamw",)
 
 def _dotted(node: ast.expr) -> str | None:
     """`a.b.C` of a name or attribute chain, the last two parts kept where they name a nested Config."""
-    parts = []
-    while isinstance(node, ast.Attribute):
-        parts.append(node.attr)
-        node = node.value
-    if not isinstance(node, ast.Name):
+    parts = _attributes(node)
+    if parts is None:
         return None
-    parts.append(node.id)
-    parts.reverse()
     if parts[-1] == "Config" and len(parts) >= 2:
         return ".".join(parts[-2:])
     return parts[-1]
