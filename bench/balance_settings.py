@@ -13,8 +13,8 @@ job TOML of tests/test_balance_torchtitan.py), with more blocks or chunks than t
 
 Each case runs `ppb balance RUN --json` in this process `--repeat` times and prints its CPU seconds
 (`time.process_time`: the shared machine's other work inflates wall clock, not this), the status, the plan's
-time, its setting, and a digest of the JSON less the input's path and the solver's notes (the notes say
-which settings were not searched): the same digest before and after a change means the same answer.
+time, its setting, and a digest of the JSON less the input's path and the `solver` section (how the search went: which
+settings were not searched, the choices listed): the same digest before and after means the same answer.
 `--root DIR` imports ppb from DIR (e.g. `git archive main | tar -x -C /tmp/base` for the before column).
 Prints the machine first.
 """
@@ -86,10 +86,11 @@ def balance(args: list[str]) -> tuple[float, int, dict]:
 
 
 def digest(result: dict) -> str:
-    """The JSON less the solver's notes and the input's (temporary) path, hashed: what the answer is."""
+    """The JSON less the input's (temporary) path and the `solver` section (how the search went: its rounds,
+    paths, stage choices listed and notes), hashed: what the answer is."""
     kept = copy.deepcopy(result)
     kept.pop("input", None)
-    kept.get("solver", {}).pop("notes", None)
+    kept.pop("solver", None)
     return hashlib.sha256(json.dumps(kept, sort_keys=True).encode()).hexdigest()[:12]
 
 
