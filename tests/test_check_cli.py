@@ -51,6 +51,8 @@ def test_a_plan_that_overflows_one_stage_says_which_and_exits_1(
     over = first["peak_mb"] - first["device_mb"]
     assert over > 0
     assert out["message"].startswith(f"stage 0 runs out of memory by {over:,.0f} MB at its ")
+    # the figures of the table's "peak MB" and "usable MB" columns, said in the same words
+    assert f"({first['peak_mb']:,.0f} of {first['device_mb']:,.0f} MB usable" in out["message"]
     assert out["iteration_s"] > 0
     # the balancer's own figure in seconds: the schedule on the layers' times, i.e. the time model's
     # compute and bubble (its iteration adds P2P, the DP reduction and the optimizer step), Megatron's
