@@ -240,7 +240,7 @@ def test_a_mindformers_run_config_s_plan_is_said_in_its_yaml_not_as_megatron_fla
     capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
     """MindFormers takes `offset` and the recompute lists, not `--pipeline-model-parallel-layout`: a
-    `framework: mindformers` run printed a Megatron-LM line a MindFormers user cannot use (qa26, qa27)."""
+    `framework: mindformers` run printed a Megatron-LM line a MindFormers user cannot use (sessions 26, 27)."""
     text = (CONFIGS / "llama3-8b.yaml").read_text()
     text = text.replace("config: hf/llama3-8b.json", f"config: {CONFIGS / 'hf' / 'llama3-8b.json'}")
     run = tmp_path / "mindformers.yaml"

@@ -75,7 +75,7 @@ def test_a_plan_faster_by_the_iteration_stays() -> None:
 
 
 def test_torchtitan_two_stages_one_micro_batch_is_never_slower_than_its_uniform_split(tmp_path: Path) -> None:
-    """qa19's case: Llama-3.1-8B under torchtitan, PP2 × FSDP 4, one micro-batch. Every split ties on
+    """Session 19's case: Llama-3.1-8B under torchtitan, PP2 × FSDP 4, one micro-batch. Every split ties on
     the schedule; the tie-breaking's 17 | 15 (most headroom) priced 0.772 s against the uniform 16 | 16's
     0.771 s (stage 0's optimizer step holds one layer more) and printed "1.000×". GPipe: torch's Schedule1F1B
     refuses fewer micro-batches than stages (schedules.py `Schedule1F1B.__init__`), ScheduleGPipe runs one."""

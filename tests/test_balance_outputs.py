@@ -212,7 +212,7 @@ def test_first_and_last_stage_counts_when_the_middle_is_even() -> None:
 def test_no_first_and_last_counts_for_a_stage_of_no_layer() -> None:
     """Megatron-Core refuses `--decoder-last-pipeline-num-layers 0` (transformer_config.py `__post_init__` at
     d98e8a64: "num_layers_in_last_pipeline_stage must be larger than 0"); a plan of 1, 2, 2, 0 layers (the
-    loss alone on the last stage) printed it as the layout's alternative (qa27). The layout says it alone."""
+    loss alone on the last stage) printed it as the layout's alternative (session 27). The layout says it alone."""
     problem = _problem([5], 4, 1)
     out = megatron(_plan_with_counts(problem, [[1, 2, 2, 0]]))
     assert out["layout"].endswith("|L") and "first_last" not in out

@@ -51,6 +51,8 @@ def test_a_plan_that_overflows_one_stage_says_which_and_exits_1(
     over = first["peak_mb"] - first["device_mb"]
     assert over > 0
     assert out["message"].startswith(f"stage 0 runs out of memory by {over:,.0f} MB at its ")
+    # the figures of the table's "peak MB" and "usable MB" columns, said in the same words
+    assert f"({first['peak_mb']:,.0f} of {first['device_mb']:,.0f} MB usable" in out["message"]
     assert out["iteration_s"] > 0
     # the balancer's own figure in seconds: the schedule on the layers' times, i.e. the time model's
     # compute and bubble (its iteration adds P2P, the DP reduction and the optimizer step), Megatron's
@@ -355,7 +357,7 @@ def test_megatron_flags_for_a_run_megatron_cannot_say_are_refused(
             "model.model_config.num_layers: 30, the run config has num_layers 32",
         ),
         # MindFormers' newer configs say it in Hugging Face's words (configs/qwen3/pretrain_qwen3_32b_4k.yaml at
-        # b18b9a6a4: num_hidden_layers), checked at the run's layers without a word; and the other sizes (qa27)
+        # b18b9a6a4: num_hidden_layers), checked at the run's layers without a word; and the other sizes (session 27)
         (
             "model: {model_config: {offset: [0, 0, 0, 0], num_hidden_layers: 30}}\n",
             "model.model_config.num_hidden_layers: 30, the run config has num_layers 32",
@@ -378,7 +380,7 @@ def test_megatron_flags_for_a_run_megatron_cannot_say_are_refused(
             "model.model_config.seq_length: 4096, the run config has seq_length 8192",
         ),
         # MindSpore's pool stops at context.max_device_memory (GiB: mem_dynamic_allocator.cc kGBToByte = 1024 << 20);
-        # the research Llama 3.1 8B yaml's "58GB" was checked against the 910B's whole 64 GB, exit 0 (qa27).
+        # the research Llama 3.1 8B yaml's "58GB" was checked against the 910B's whole 64 GB, exit 0 (session 27).
         # Here 20 GiB = 20,480 MB against 81,559 − 55,000 = 26,559 usable: 6,079 MB short
         (
             "offset: [0, 0, 0, 0]\ncontext: {max_device_memory: '20GB'}\n",
@@ -461,7 +463,7 @@ def test_a_torchtitan_job_toml_of_other_degrees_is_refused(
     capsys: pytest.CaptureFixture[str], tmp_path: Path, change: str, line: str
 ) -> None:
     """configs/llama3.1-8b-torchtitan.yaml is dp 8 (FSDP), tp 1, cp 1; torchtitan's shipped llama3_8b.toml with
-    one degree changed was checked at the run's degrees, exit 0 (qa27), where a Megatron script's
+    one degree changed was checked at the run's degrees, exit 0 (session 27), where a Megatron script's
     `--tensor-model-parallel-size` is refused. The degree set to 2 (the shard degree to 4)."""
     shipped = (Path(__file__).parent / "data" / "torchtitan" / "llama3_8b.toml").read_text()
     name, _ = change.split(" = ")
@@ -598,7 +600,7 @@ def test_a_plan_json_solved_at_other_sizes_names_them(capsys: pytest.CaptureFixt
 def test_a_mindspore_pool_at_least_the_usable_memory_is_accepted(
     capsys: pytest.CaptureFixture[str], small_device: Path, tmp_path: Path
 ) -> None:
-    """26 GiB = 26,624 MB is at least the run's 26,559 MB usable: the plan is checked as before (qa27)."""
+    """26 GiB = 26,624 MB is at least the run's 26,559 MB usable: the plan is checked as before (session 27)."""
     plan = tmp_path / "plan.yaml"
     plan.write_text("offset: [0, 0, 0, 0]\ncontext: {max_device_memory: '26GB'}\n")
     assert main(["check", str(small_device), "--plan", str(plan), "--no-optimum", "-q"]) in (0, 1)

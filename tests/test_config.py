@@ -165,7 +165,7 @@ def test_model_switches_override_training_switches():
         ),
         ({"parallel__cp": 3}, "training.seq_length", "not divisible by cp 3"),
         ({"parallel__vpp": 2}, "parallel", "needs schedule interleaved"),
-        # 2 chunks a stage from the layout, vpp not written: it read "vpp 2 needs schedule interleaved" (qa29)
+        # 2 chunks a stage from the layout, vpp not written: it read "vpp 2 needs schedule interleaved" (session 29)
         (
             {"parallel__layout": "E" + "|".join(["tt"] * 4) + "L", "parallel__schedule": "1f1b"},
             "parallel",
@@ -182,7 +182,7 @@ def test_model_switches_override_training_switches():
             "training.seq_lenght",
             "unknown field: did you mean seq_length?",
         ),
-        # an optional key misspelt, in any section, says the field it is nearest (qa27)
+        # an optional key misspelt, in any section, says the field it is nearest (session 27)
         ({"training__micro_batch_sise": 1}, "training.micro_batch_sise", "did you mean micro_batch_size?"),
         ({"parallel__sequence_paralel": True}, "parallel.sequence_paralel", "did you mean sequence_parallel?"),
         ({"device": {"nmae": "h100-80gb"}}, "device.nmae", "unknown field: did you mean name?"),
@@ -190,12 +190,12 @@ def test_model_switches_override_training_switches():
         ({"training__recompute": {"softmx": 0}}, "training.recompute", "unknown switch 'softmx'"),
         ({"training__dropout": 1.5}, "training.dropout", "rate below 1"),
         ({"device": {"name": "tpu-v9"}}, "device.name", "unknown device 'tpu-v9': (catalog:"),
-        # the name in another case, or the start of one catalog name: said (qa27)
+        # the name in another case, or the start of one catalog name: said (session 27)
         ({"device": {"name": "B300"}}, "device.name", "unknown device 'B300': did you mean b300?"),
         ({"device": {"name": "h100"}}, "device.name", "did you mean h100-80gb?"),
         ({"device": {"reserved_mb": 10}}, "device", "catalog name or memory_mb"),
         ({"device": {"memory_mb": 1000, "reserved_mb": 1000}}, "device.memory_mb", "no memory left"),
-        # an H100's 80 GB written as 80: no accelerator has 80 MB (qa27)
+        # an H100's 80 GB written as 80: no accelerator has 80 MB (session 27)
         ({"device": {"name": "h100-80gb", "memory_mb": 80}}, "device.memory_mb", "80 GiB would be 81,920"),
         ({"models__0__spec__num_attention_heads": 6}, "models.0.spec", "not a multiple of num_key_value_heads"),
         ({"models__0__spec__hidden_size": 0}, "models.0.spec.hidden_size", "greater than 0"),
@@ -317,7 +317,7 @@ def test_hf_configs_ignore_unused_fields_and_reject_bad_ones(tmp_path):
         ("num_key_value_heads", 7, "not a multiple"),
         ("hidden_act", "swish-9", "unsupported activation"),
         ("model_type", "bert", "not supported"),
-        # transformers' LlamaMLP gates any hidden_act: a GELU there was priced as an ungated two-matrix MLP (qa27)
+        # transformers' LlamaMLP gates any hidden_act: a GELU there was priced as an ungated two-matrix MLP (session 27)
         ("hidden_act", "gelu", "'gelu': this model's MLP gates it"),
         ("model_type", "Llama", "not supported (supported: llama, "),
         ("model_type", "Llama", "): did you mean llama?"),
@@ -569,6 +569,6 @@ def test_an_empty_run_config_is_said_to_be_empty(tmp_path: Path) -> None:
 
 
 def test_a_short_key_a_letter_off_several_fields_is_not_guessed():
-    # `tpp` is one edit from tp, pp and vpp alike: saying one of them would be a guess (qa27)
+    # `tpp` is one edit from tp, pp and vpp alike: saying one of them would be a guess (session 27)
     err = _error(_raw(parallel__tpp=2))
     assert err.field == "parallel.tpp" and err.problem == "unknown field"

@@ -894,7 +894,7 @@ def test_bad_gpt_oss_flags_are_refused_naming_them(flags: str, flag: str) -> Non
     ("flags", "said"),
     [
         # arguments.py validate_args (d98e8a64): "Number of layers should be divisible by the
-        # pipeline-model-parallel size": BASE's 14 layers over pp 4 with nothing placing them (qa27)
+        # pipeline-model-parallel size": BASE's 14 layers over pp 4 with nothing placing them (session 27)
         ("--pipeline-model-parallel-size 4", "14 layers do not split evenly over pp 4"),
         # transformer_block.py get_num_layers_to_build: 7 a rank over 2 virtual stages
         (

@@ -203,7 +203,7 @@ def test_an_empty_output_path_is_refused_before_any_work(
 
 def test_ctrl_c_is_one_line_and_the_shells_status(monkeypatch: pytest.MonkeyPatch, capsys) -> None:
     """Ctrl-C in any command printed Python's traceback (and, in `ppb search`, one per worker process): now one
-    line and 130, the shell's 128 + SIGINT (qa27)."""
+    line and 130, the shell's 128 + SIGINT (session 27)."""
 
     def interrupted(args: object) -> int:
         raise KeyboardInterrupt
@@ -217,7 +217,7 @@ def test_sigterm_is_one_line_and_128_plus_15_and_what_the_command_started_ends(
     monkeypatch: pytest.MonkeyPatch, capsys
 ) -> None:
     """`kill PID` of `ppb search` run in the background (SIGINT ignored, as a shell's `&` starts it) ended ppb at
-    once and left its forkserver and three balancing processes running on (qa29). SIGTERM is now raised where the
+    once and left its forkserver and three balancing processes running on (session 29). SIGTERM is now raised where the
     command is: `search` ends its processes as on Ctrl-C (`_Workers.close`, abandoned), then one line and 143."""
 
     def killed(args: object) -> int:

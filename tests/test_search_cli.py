@@ -164,7 +164,7 @@ def test_screening_a_large_grid_shows_each_part_screened(capsys) -> None:
 
 
 def test_a_long_balancing_says_how_many_balances_and_how_long_before_and_as_it_goes(capsys, monkeypatch) -> None:
-    """`top: 1000` on a grid of thousands balanced for hours with no word of it (qa27). Screening's last line
+    """`top: 1000` on a grid of thousands balanced for hours with no word of it (session 27). Screening's last line
     now says the balances ahead; each wave's line, how many are left to fill the top and, at the pace so far,
     how long. Clock faked: screening ends at 10 s, 4 balances done at 70 s, so 15 s a balance; 996 more
     take 996 · 15 = 14,940 s = 4.15 h ("4.2 h")."""

@@ -145,7 +145,7 @@ def test_more_workers_than_cpus_start_no_more_pool_processes(monkeypatch: pytest
 
 def test_a_search_ended_by_ctrl_c_drops_its_pools_tasks(monkeypatch: pytest.MonkeyPatch) -> None:
     """Ctrl-C (KeyboardInterrupt) mid-screen closed the pool and `Pool.join` waited for every queued task: on a
-    9,216-strategy DeepSeek-V3 spec `ppb search` went on after it (qa27). Now the pool is terminated, its
+    9,216-strategy DeepSeek-V3 spec `ppb search` went on after it (session 27). Now the pool is terminated, its
     tasks dropped, and the interrupt goes on up."""
     made: list[rank._Workers] = []
     original = rank._Workers.__init__

@@ -54,7 +54,7 @@ def test_every_shipped_search_loads() -> None:
         (lambda raw: raw["training"].update(global_batch=0), "training.global_batch", "positive integer"),
         (lambda raw: raw["training"].update(dtype="fp8"), "training.dtype", "bf16"),
         (lambda raw: raw["training"].update(seq_lenght=8), "training.seq_lenght", "unknown field"),
-        # an optional key misspelt is said too, and a short one a letter off the only field it could be (qa27)
+        # an optional key misspelt is said too, and a short one a letter off the only field it could be (session 27)
         (lambda raw: raw.update(search={"topp": 5}), "search.topp", "unknown field: did you mean top?"),
         (lambda raw: raw.update(limit=raw.pop("limits")), "limit", "unknown field: did you mean limits?"),
         (

@@ -498,7 +498,7 @@ def test_bad_input_is_refused_naming_the_toml_key(text: str, gpus: int | None, k
     ],
 )  # fmt: skip
 def test_a_near_miss_says_what_was_meant(text: str, gpus: int, words: str) -> None:
-    """A key, section, name or word a letter or a case off torchtitan's says the one it is near (qa27)."""
+    """A key, section, name or word a letter or a case off torchtitan's says the one it is near (session 27)."""
     with pytest.raises(InputError) as err:
         import_torchtitan(text, gpus, "h100-80gb", "job.toml")
     assert words in err.value.problem, err.value.line()

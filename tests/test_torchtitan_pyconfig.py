@@ -179,6 +179,25 @@ def test_the_latest_names_say_the_same_job():
     assert latest["timing"] == {"torch_compile": True, "matmul_dtype": "fp8", "fp8_recipe": "tensorwise"}
 
 
+def test_the_latest_names_are_the_lines_said():
+    # The TOML reader's notes and refusals in the names LATEST_FILE writes: the step 64 × 1024 = 65536 tokens is
+    # 64 sequences of 1024, a data-parallel rank's 16 (2 a micro-batch × 8) on dp 2 twice (2 flushes); the float8
+    # converter the first of model_registry's converters, rowwise by default (6348d93d1), priced as tensorwise
+    assert _read(LATEST_FILE, LATEST).notes == [
+        "training.num_tokens_per_train_step 65536 tokens (64 sequences of 1024): 2 pipeline flushes a step, "
+        "priced as one",
+        "model_spec.converters[0].recipe_name rowwise: priced as tensorwise",
+    ]
+    # 48 × 1024 tokens: 48 sequences, a multiple of the rank's 16 but not of 16 × dp 2 (train.py asserts it)
+    line = _refused(
+        LATEST_FILE.replace("num_tokens_per_train_step=64 * 1024", "num_tokens_per_train_step=48 * 1024"), LATEST
+    )
+    assert line == (
+        "job.py job(): training.num_tokens_per_train_step: 49152 tokens (48 sequences of 1024) is not a multiple "
+        "of local 16 × dp 2"
+    )
+
+
 def test_the_printed_lines_read_back_to_the_plan():
     # ppb's lines for a PP 2 1F1B plan of the debugmodel's 6 layers as 2 | 4, full, micro-batch 2 of 4 a
     # step on dp 2, pasted into a base function: the import reads the same split, recompute and batch
@@ -277,6 +296,10 @@ def test_the_cli_writes_the_run_config(tmp_path: Path, capsys):
     toml.write_text('[model]\nname = "llama3"\n')
     assert main(["import", "torchtitan", str(toml), "--config", "job", "--device", "h100-80gb"]) == 2
     assert "--config: reads a config function's .py file" in capsys.readouterr().err
+    # a .py file that is not there is said as the config function's file, not a TOML
+    missing = tmp_path / "gone.py"
+    assert main(["import", "torchtitan", str(missing), "--device", "h100-80gb"]) == 2
+    assert capsys.readouterr().err == f"ppb: error: {missing}: no such file (a torchtitan config function's .py file)\n"
 
 
 def _git(path: str, commit: str) -> str:

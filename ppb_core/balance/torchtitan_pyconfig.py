@@ -433,12 +433,43 @@ def read_config(
     reader.function = name
     notes: list[str] = []
     document, sequence_parallel = _document(reader, config, notes)
-    imported = import_document(document, gpus, device, f"{where} {name}()", notes)
+    names = _file_names(reader, document)
+    try:
+        imported = import_document(document, gpus, device, f"{where} {name}()", notes)
+    except InputError as error:
+        field_name, problem = _in_file_names(error.field or "", error.problem, names, document)
+        raise InputError(error.source, field_name or None, problem) from None
+    imported.notes[:] = [
+        " ".join(_in_file_names(*note.partition(" ")[::2], names, document)) for note in imported.notes
+    ]
     raw = imported.raw
     raw["framework_release"] = {"torchtitan": _release_text(release)}
     if not sequence_parallel and raw["parallel"].get("sequence_parallel"):
         raw["parallel"]["sequence_parallel"] = False  # aa68af18e: TP without SP
     return imported
+
+
+# the job-TOML names the TOML reader's lines say, as the file names them: {TOML prefix: the file's}
+def _file_names(reader: Reader, document: dict[str, Any]) -> dict[str, str]:
+    """Where the file states what the TOML reader reads at another name: the float8 converter's call (set by
+    `_converters`), and from 73aed7f6c the step's tokens for `training.global_batch_size`."""
+    names = {"quantize.linear.float8": document.pop("_float8_at")} if "_float8_at" in document else {}
+    if reader.release.holds(_change(_TOKENS)):
+        names["training.global_batch_size"] = "training.num_tokens_per_train_step"
+    return names
+
+
+def _in_file_names(key: str, said: str, names: dict[str, str], document: dict[str, Any]) -> tuple[str, str]:
+    """A line of the TOML reader (its key, then what it says) in the file's names; a global batch of n
+    sequences said as the file's n·s tokens, the sequences beside them."""
+    for toml, ours in names.items():
+        if key != toml and not key.startswith(f"{toml}."):
+            continue
+        total, seq = document["training"].get("global_batch_size"), document["training"].get("seq_len")
+        if toml == "training.global_batch_size" and isinstance(total, int) and said.startswith(f"{total}"):
+            said = f"{total * seq} tokens ({total} sequences of {seq}){said[len(str(total)) :]}"
+        return ours + key[len(toml) :], said
+    return key, said
 
 
 def _document(reader: Reader, config: _Call, notes: list[str]) -> tuple[dict[str, Any], bool]:
@@ -561,6 +592,7 @@ def _converters(reader: Reader, top: dict[str, Any], document: dict[str, Any], n
                 if isinstance(table.get("filter_fqns"), list):
                     table["filter_fqns"] = ["output" if n == "lm_head" else n for n in table["filter_fqns"]]
                 document.setdefault("quantize", {}).setdefault("linear", {})["float8"] = table
+                document["_float8_at"] = at  # the TOML reader's lines on it name this call (`_file_names`)
                 document["model"]["converters"].append(CONVERTER_NAMES[item.cls])
             elif item.cls in CONVERTER_NAMES:
                 document["model"]["converters"].append(CONVERTER_NAMES[item.cls])

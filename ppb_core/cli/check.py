@@ -61,7 +61,7 @@ def check(args: argparse.Namespace) -> dict[str, Any]:
         worst = min(over, key=lambda stage: stage.free_mb)
         out["message"] = (
             f"stage {worst.stage} runs out of memory by {-worst.free_mb:,.0f} MB at its {worst.moment} "
-            f"({worst.peak_mb:,.0f} of {worst.device_mb:,.0f} MB"
+            f"({worst.peak_mb:,.0f} of {worst.device_mb:,.0f} MB usable"
             + (f", and {worst.allocator_mb:,.0f} the allocator reserves beyond it" if worst.allocator_mb else "")
             + ")"
             + (f"; {counted(len(over) - 1, 'other stage')} too" if len(over) > 1 else "")

@@ -97,7 +97,8 @@ def _torchtitan(args: argparse.Namespace, source: str) -> int:
         if value is not None:
             raise InputError(None, option, "is Megatron's: torchtitan's version is said in its timing fields")
     if not os.path.exists(source):
-        raise InputError(source, None, "no such file (a torchtitan job TOML)")
+        said = "a torchtitan config function's .py file" if Path(source).suffix == ".py" else "a torchtitan job TOML"
+        raise InputError(source, None, f"no such file ({said})")
     if Path(source).suffix == ".py":  # a config function (from 9810191bb), read without running it
         release = python_release(args.torchtitan_release)
         imported = read_config(read_text(source), source, args.config_function, release, args.gpus, args.device)

@@ -68,7 +68,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     # `ppb --help` and `ppb COMMAND --help` start at once.
     command = importlib.import_module(f"ppb_core.cli.{_MODULES.get(args.command, args.command)}")
     # SIGTERM (`kill PID`, a scheduler's limit) ended ppb at once and left `ppb search`'s forkserver and balancing
-    # processes running on, minutes each (qa29): raised as an exception, the search ends them as on Ctrl-C
+    # processes running on, minutes each (session 29): raised as an exception, the search ends them as on Ctrl-C
     before = signal.signal(signal.SIGTERM, _terminated)
     try:
         return int(command.run(args) or 0)

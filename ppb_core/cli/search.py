@@ -140,7 +140,7 @@ class _Progress:
 
     def _ahead(self, figures: dict[str, Any]) -> str:
         """The balances ahead, before the first one: a `top: 1000` search on a large grid balances for hours,
-        which a user should read before waiting (qa27's finding)."""
+        which a user should read before waiting (session 27's finding)."""
         top = self.spec.search.top
         said = f": {figures['to_fill']:,} balances to fill the top {top:,}"
         if figures["most_balances"] > figures["to_fill"]:

@@ -586,7 +586,7 @@ class _Workers:
         """Every process ended: the balancing ones told to stop, the pool's once its tasks are done. *abandoned*
         (the search ended by an exception, Ctrl-C among them): killed, and the pool's tasks dropped. Closed,
         `Pool.join` waited for every queued task: Ctrl-C on a 9,216-strategy screen left `ppb search` waiting
-        on them (qa27)."""
+        on them (session 27)."""
         for index, evaluator in enumerate(self.evaluators):
             if evaluator is not None:
                 if not abandoned:
