@@ -584,7 +584,8 @@ def test_every_row_runs_and_the_mean_error_stays_bounded(public):
     tables = found["published tables'"]
     assert sum(map(len, found.values())) == len(results)
     assert len(ci) == 6 and len(tables) == 18
-    assert len(found["MindFormers model-card"]) == 27
+    # 27 cards' rows and, from session 32, research/deepseek2/readme.md's DeepSeek-V2 236B finetune: 28
+    assert len(found["MindFormers model-card"]) == 28
     # A guard, not a fit: the mean absolute error today is 14.8% over the published tables' runs and
     # 27.0% over Megatron's CI runs (docs/timing.md: ppb's layers run faster than Megatron's runs on
     # both H100 and A100); the aim is 5%.
