@@ -5,6 +5,7 @@ hybrid-ep at 94a9f8f). Expected figures derived by hand in comments."""
 from __future__ import annotations
 
 import dataclasses
+from math import comb
 
 import pytest
 from test_megatron_import import MOE_MLA
@@ -51,6 +52,20 @@ def test_group_limited_routing_bounds_the_ranks_a_token_reaches() -> None:
     assert ranks_reached(32, 8, 8, 16, 2) == 2.0
     # a limit of every group limits nothing
     assert ranks_reached(32, 8, 8, 8, 8) == ranks_reached(32, 8, 8)
+
+
+def test_a_group_straddling_two_ranks_reaches_both() -> None:
+    # 6 experts in 3 groups of 2 ({0,1}, {2,3}, {4,5}) on 2 ranks of 3 ({0,1,2}, {3,4,5}), top-2 from 1 group:
+    # the middle group's token reaches both ranks, so the limit bounds at 1 group × 2 ranks, not 1 rank; the
+    # unlimited mean 2 · (1 − C(3,2)/C(6,2)) = 2 · (1 − 3/15) = 1.6 stands
+    assert ranks_reached(6, 2, 2, 3, 1) == pytest.approx(1.6)
+    # DeepSeek-V2's 160 experts, 8 groups of 20, on 20 ranks of 8: experts 20..39 sit on ranks 2..4, 3 a group;
+    # top-6 from 3 groups: at most 9 ranks, above the unlimited 20 · (1 − C(152,6)/C(160,6))
+    unlimited = 20 * (1 - comb(152, 6) / comb(160, 6))
+    assert unlimited < 9
+    assert ranks_reached(160, 6, 20, 8, 3) == pytest.approx(unlimited)
+    # several whole groups a rank keep their bound of one rank a group (16 groups of 2 on 8 ranks, top 2)
+    assert ranks_reached(32, 8, 8, 16, 2) == 2.0
 
 
 def _ops(dispatcher: str, in_kernel: bool = False) -> dict[str, Op]:

@@ -294,6 +294,43 @@ def test_a_torchtitan_search_writes_job_toml_lines_that_import_to_the_plans_spli
         assert (said["module_fqns_per_model_part"] is None) == (entry.strategy.pp == 1)
 
 
+def test_a_search_at_a_python_config_release_writes_lines_its_check_reads_back(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # torchtitan from 9810191bb reads no job TOML (releases `torchtitan_config_registry`): each ranked strategy's
+    # file is `.torchtitan.py`, assignments on the config function's Trainer.Config, its degrees after the head
+    # comment and, at PP 1, the batch last in tokens (from 73aed7f6c): b · m · dp sequences of 4096
+    text = (DATA / "tiny-titan.yaml").read_text()
+    text = text.replace(
+        "framework: torchtitan\n", 'framework: torchtitan\nframework_release: {torchtitan: "2026-08-21"}\n'
+    )
+    (tmp_path / "spec.yaml").write_text(text)
+    result = search(load_search_spec(tmp_path / "spec.yaml"), workers=1)
+    files = write_ranking(result, tmp_path / "top")
+    assert {path.name.split(".", 1)[1] for path in files if path.name != "search.json"} == {
+        "yaml",
+        "plan.json",
+        "torchtitan.py",
+    }
+    for place, entry in enumerate(result.ranked, start=1):
+        stem = tmp_path / "top" / f"{place:02d}-{entry.strategy.label(result.spec)}"
+        lines = stem.with_name(stem.name + ".torchtitan.py").read_text().splitlines()
+        s = entry.strategy
+        assert lines[1:5] == [
+            f"config.parallelism.data_parallel_replicate_degree = {1 if s.fsdp else s.dp}",
+            f"config.parallelism.data_parallel_shard_degree = {s.dp if s.fsdp else 1}",
+            f"config.parallelism.tensor_parallel_degree = {s.tp}",
+            f"config.parallelism.context_parallel_degree = {s.cp}",
+        ]
+        if s.pp == 1:
+            tokens = s.micro_batch_size * s.micro_batches * s.dp * 4096
+            assert lines[-1] == f"config.training.num_tokens_per_train_step = {tokens}"
+        # the run config written beside it checks the lines as its plan
+        plan = stem.with_name(stem.name + ".torchtitan.py")
+        assert main(["check", str(stem.with_name(stem.name + ".yaml")), "--plan", str(plan), "--no-optimum"]) == 0
+    capsys.readouterr()
+
+
 def test_a_second_search_into_the_same_folder_leaves_only_its_own_ranking(tmp_path: Path) -> None:
     result = search(load_search_spec(DATA / "tiny-titan.yaml"), workers=1)
     assert len(result.ranked) >= 2

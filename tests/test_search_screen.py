@@ -18,22 +18,51 @@ from ppb_core.timing.pricer import TimeModel
 DATA = Path(__file__).parent / "data" / "search"
 
 
-@pytest.mark.parametrize("name", ["tiny-dense", "tiny-moe", "tiny-tight", "tiny-titan", "tiny-moe-dualpipev"])
+# variants of the specs in DATA: (spec, [(text, its replacement)]), each once shared wrongly
+VARIANTS = {
+    # DualPipeV beside 1F1B: its paired micro-batches hide the expert all-to-alls (TimeModel._dualpipe_share),
+    # so its layer times are not its 1F1B twin's, which the shared figures once gave it
+    "tiny-moe-dualpipev": ("tiny-moe", [("limits: {", "limits: {schedules: [1f1b, dualpipev], ")]),
+    # MindFormers over one micro-batch (PP 1, dp 8) and over two (PP 2, dp 4): only the second adds its weight
+    # gradients into the accumulation buffer (TimeModel._accumulate_bytes)
+    "tiny-dense-mindformers": (
+        "tiny-dense",
+        [("framework: megatron", "framework: mindformers"), ("global_batch: 24", "global_batch: 8")],
+    ),
+    # the global aux loss on 4 devices at TP 1: PP 4 leaves dp 1, whose loss launches no all-reduce (router._aux)
+    "tiny-moe-global-aux": (
+        "tiny-moe",
+        [
+            ("devices: 8\ndevices_per_node: 8", "devices: 4\ndevices_per_node: 4"),
+            ("optimizer: adamw}", "optimizer: adamw, moe: {router: {aux_losses: [global_aux_loss]}}}"),
+            ("tp: [1, 2], pp: [1, 2]", "tp: [1], pp: [1, 2, 4]"),
+        ],
+    ),
+}
+
+
+@pytest.mark.parametrize("name", ["tiny-dense", "tiny-moe", "tiny-tight", "tiny-titan", *VARIANTS])
 def test_shared_figures_equal_each_strategys_own(name: str, tmp_path: Path) -> None:
-    if name == "tiny-moe-dualpipev":
-        # DualPipeV beside 1F1B: its paired micro-batches hide the expert all-to-alls (TimeModel._dualpipe_share),
-        # so its layer times are not its 1F1B twin's, which the shared figures once gave it
-        text = (DATA / "tiny-moe.yaml").read_text().replace("limits: {", "limits: {schedules: [1f1b, dualpipev], ")
+    if name in VARIANTS:
+        base, replacements = VARIANTS[name]
+        text = (DATA / f"{base}.yaml").read_text()
+        for before, after in replacements:
+            assert before in text
+            text = text.replace(before, after)
         (tmp_path / f"{name}.yaml").write_text(text)
         spec = load_search_spec(tmp_path / f"{name}.yaml")
-        assert any(isinstance(p, Strategy) and p.schedule == "dualpipev" for p in enumerate_strategies(spec))
     else:
         spec = load_search_spec(DATA / f"{name}.yaml")
+    points = [p for p in enumerate_strategies(spec) if isinstance(p, Strategy)]
+    if name == "tiny-moe-dualpipev":
+        assert any(p.schedule == "dualpipev" for p in points)
+    if name == "tiny-dense-mindformers":  # strategies on both sides of the line the key draws
+        assert {p.micro_batches > 1 for p in points} == {True, False}
+    if name == "tiny-moe-global-aux":
+        assert {p.dp > 1 for p in points} == {True, False}
     cache = FigureCache()
     checked = 0
-    for point in enumerate_strategies(spec):
-        if not isinstance(point, Strategy):
-            continue
+    for point in points:
         run = validate(spec, point)
         if isinstance(run, Refusal):
             continue

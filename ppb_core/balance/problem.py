@@ -325,9 +325,9 @@ def run_problem(
     does not hold because it runs only some of the kinds (TE's dummy weight gradients of the dense MLP on a
     rank of MoE layers) comes off again by the body types its plan gives it (`workspace`,
     `stage_workspace.py`); a constant given is the whole charge. With it, every stage of a plan fits
-    when the memory model evaluates it again layer by layer. A torchtitan FSDP2 run's records and computed
-    constant also carry what the caching allocator reserves beyond the allocated peak (`allocator_pools`),
-    which its fit verdicts count (`StagePeak.fit_bytes`).
+    when the memory model evaluates it again layer by layer. A torchtitan run's records and computed constant
+    also carry what it needs beyond the allocated peak under FSDP2 (the caching allocator's pools) or async TP
+    (torch's symmetric-memory workspace) (`allocator_pools`), which its fit verdicts count (`StagePeak.fit_bytes`).
 
     For a torchtitan run the options torchtitan cannot run are withdrawn (`torchtitan_settings.runnable`),
     and FULL for a Megatron run under the combined 1F1B schedule (`--overlap-moe-expert-parallel-comm`),
@@ -352,9 +352,9 @@ def run_problem(
     # torchtitan FSDP2: what the caching allocator's stream pools reserve beyond the allocated peak
     # (`allocator_pools`); the copy-in pool's share (and async TP's workspace) goes in the constant unless the
     # user gave it whole
-    layers, copy_in_mb = allocator_pools(run, layers, memory)
+    layers, beyond_mb = allocator_pools(run, layers, memory)
     if computed:
-        constant_memory_mb += copy_in_mb
+        constant_memory_mb += beyond_mb
     if runnable and run.framework == "torchtitan":
         layers = torchtitan_runnable(layers, op_policy(run.training.recompute))
     if runnable and run.framework == "megatron" and par.overlap_moe_expert_parallel_comm:

@@ -221,9 +221,10 @@ def with_stage_peaks(run: RunConfig, result: Mapping[str, Any]) -> dict[str, Any
     rule, `payload.describe.mb`), a few MB under on the loss's stage (configs/llama3-8b.yaml stage 3: 13,830
     against 13,833.2), and its constant is the run's largest working set on every stage (the loss's 1,066 MB
     where a stage of bodies holds 288 at most), over elsewhere. Each uniform split gets its fullest stage's peak
-    the same way (`baselines[].peak_mb` beside `peak_memory_mb`). A torchtitan FSDP2 stage also says what the
-    caching allocator reserves beyond its peak (`allocator_mb`), which its fit counts (`plan_overrun_mb`). A result
-    without a plan is given back as it is."""
+    the same way (`baselines[].peak_mb` beside `peak_memory_mb`). A torchtitan stage under FSDP2 or async TP also
+    says what it needs beyond its allocated peak (`allocator_mb`: the allocator's FSDP2 pools, async TP's
+    symmetric-memory workspace), which its fit counts (`plan_overrun_mb`). A result without a plan is given back as
+    it is."""
     out = dict(result)
     if not result.get("cells") or "stages" not in result:
         return out
@@ -234,7 +235,7 @@ def with_stage_peaks(run: RunConfig, result: Mapping[str, Any]) -> dict[str, Any
             **row,
             "peak_mb": _peak_mb(peak),
             "moment": peak.moment,
-            # torchtitan FSDP2: what the caching allocator reserves beyond the peak, which the fit counts
+            # torchtitan FSDP2 or async TP: what the stage needs beyond the peak, which the fit counts
             **({"allocator_mb": peak.allocator_bytes / MB} if peak.allocator_bytes else {}),
         }
         for row, peak in zip(result["stages"], peaks, strict=True)

@@ -353,7 +353,7 @@ def _entry_files(spec: SearchSpec, entry: Ranked, folder: Path, stem: str) -> di
         texts[f"{stem}.mindformers.yaml"] = mindformers_text(spec, entry)
     else:
         assert titan is not None  # a torchtitan search's
-        python = spec.framework_release.holds("torchtitan_config_registry")
+        python = titan.get("format") == "python"  # a release from 9810191bb (`torchtitan_plan.torchtitan`)
         texts[f"{stem}{TORCHTITAN_PYTHON_SUFFIX if python else '.torchtitan.toml'}"] = torchtitan_text(titan)
     return {folder / name: text.encode() for name, text in texts.items()}
 

@@ -108,8 +108,8 @@ class Ranked:
     balancer_peak_memory_mb: float = 0.0  # the busiest stage as the balancer's descriptions charge it
     # each pipeline stage's peak as `peak_memory_mb` takes its busiest (the memory model's, reserved memory left out)
     stage_peaks_mb: tuple[float, ...] = ()
-    # each stage's charge beyond its peak for what the caching allocator reserves (torchtitan FSDP2's pools,
-    # `StagePeak.allocator_bytes`; empty elsewhere): the fit and the headroom count it
+    # each stage's charge beyond its peak (`StagePeak.allocator_bytes`: torchtitan FSDP2's allocator pools, async
+    # TP's symmetric-memory workspace; empty elsewhere): the fit and the headroom count it
     stage_allocator_mb: tuple[float, ...] = ()
 
     @property

@@ -10,9 +10,9 @@ it) — and what `run_iteration` would price, each option's forward and backward
 strategies that cannot differ in them:
 
 * layer times depend on tp, sp, cp, ep, etp, the micro-batch size and the recompute setting (the
-  time model's `Geometry` and `Links`) and on whether the schedule is DualPipeV (its paired
-  micro-batches hide the expert all-to-alls), not on dp, pp, vpp, another schedule, the micro-batch
-  count or ZeRO: one `TimeModel` per `time_key`;
+  time model's `Geometry` and `Links`), on whether the schedule is DualPipeV (its paired
+  micro-batches hide the expert all-to-alls), on Megatron-FSDP, and on whether dp and the micro-batch
+  count pass 1, not on pp, vpp, another schedule or ZeRO: one `TimeModel` per `time_key`;
 * layer memory depends on all of those and dp, pp, ZeRO/FSDP and the micro-batch count, not on vpp
   or the schedule: one `MemoryModel` per `memory_key`.
 
@@ -61,7 +61,10 @@ def time_key(strategy: Strategy) -> tuple:
     so its layer times are its own (shared with 1F1B they made a DualPipeV strategy's bound its 1F1B
     twin's, above its own time); under the combined 1F1B the figures charge each backward less its slack
     (`combined_slack_ms`); under Megatron-FSDP each unit's gathers and reductions are host launches of the
-    layer's (`launches.fsdp_unit_launches`), so FSDP's layer times are not its ZeRO twin's."""
+    layer's (`launches.fsdp_unit_launches`), so FSDP's layer times are not its ZeRO twin's. Two things read
+    of dp and the micro-batch count whether they pass 1: the router's global aux loss launches its
+    all-reduce where tp·dp·cp > 1 (`router._aux`), and MindFormers adds each weight gradient into its
+    accumulation buffer over more than one micro-batch (`TimeModel._accumulate_bytes`)."""
     s = strategy
     dualpipe = s.schedule == "dualpipev" and s.ep * s.etp > 1
     return (
@@ -76,6 +79,8 @@ def time_key(strategy: Strategy) -> tuple:
         dualpipe,
         s.ep_overlap,
         s.fsdp,
+        s.dp > 1,
+        s.micro_batches > 1,
     )
 
 

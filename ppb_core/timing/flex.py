@@ -111,7 +111,9 @@ def ranks_reached(experts: int, k: int, ep: int, groups: int = 0, group_limit: i
     `group_limited_topk`, moe_utils.py at cf39a4ddcf and d98e8a64: the experts in *groups* equal groups of
     consecutive experts, a token's k taken from its *group_limit* best groups) bounds that: where each group
     spans whole ranks (groups dividing ep), the k are among limit·E/groups experts on limit·ep/groups ranks;
-    where several groups share a rank, they reach at most *group_limit* ranks."""
+    otherwise they reach at most *group_limit* times the ranks one group spans (`_group_span`): one where
+    several groups share a rank, two or more where a group straddles ranks (Megatron checks only that the
+    groups divide the experts: DeepSeek-V2's 160 experts in 8 groups of 20 on 20 ranks of 8)."""
     if ep <= 1:
         return 1.0
     reached = _uniform_ranks(experts, k, ep)
@@ -119,7 +121,13 @@ def ranks_reached(experts: int, k: int, ep: int, groups: int = 0, group_limit: i
         return reached
     if ep % groups == 0:
         return min(reached, _uniform_ranks(group_limit * experts // groups, k, group_limit * ep // groups))
-    return min(reached, float(group_limit))
+    return min(reached, float(group_limit * _group_span(experts, groups, ep)))
+
+
+def _group_span(experts: int, groups: int, ep: int) -> int:
+    """The most ranks one group's consecutive experts sit on (experts/ep consecutive experts a rank)."""
+    size, local = experts // groups, experts // ep
+    return max(((g + 1) * size - 1) // local - (g * size) // local + 1 for g in range(groups))
 
 
 def _uniform_ranks(experts: int, k: int, ep: int) -> float:
