@@ -722,6 +722,14 @@ def seconds_reruns(path: str) -> list[SecondsVersion]:
     return found
 
 
+def _flags_text(changed: tuple[str, ...] | None) -> str:
+    """A recording's flags set otherwise than the newest's, the first four named."""
+    if changed is None:
+        return "flags not found"
+    more = " ..." if len(changed) > 4 else ""
+    return ", ".join(changed[:4]) + more or "the same flags"
+
+
 def same_flag_spread(versions: list[SecondsVersion]) -> float | None:
     """The largest over the smallest seconds among the versions recorded with the newest one's settings
     (None: fewer than two such)."""
@@ -935,12 +943,7 @@ def main() -> int:
             print(f"  {row.family}/{row.case} ({row.gpu}), ppb {row.peak[1] if row.peak else 0.0:.3f}")
             for version in golden_reruns(path):
                 after = f"{version.after_step:7.3f}" if version.after_step is not None else f"{'-':>7s}"
-                if version.changed is None:
-                    flags = "flags not found"
-                else:
-                    more = " ..." if len(version.changed) > 4 else ""
-                    flags = ", ".join(version.changed[:4]) + more or "the same flags"
-                print(f"    {version.commit:22s} {version.peak:7.3f} {after}  {flags}")
+                print(f"    {version.commit:22s} {version.peak:7.3f} {after}  {_flags_text(version.changed)}")
         print()
         print("Rows beyond 10% in seconds recorded again: each version of the row's golden file that logged iteration")
         print("times, newest first (the row scores the newest), its median seconds and the flags set otherwise than")
@@ -957,12 +960,7 @@ def main() -> int:
             spread_text = f"spread x{spread:.2f}" if spread is not None else "no rerun with the same flags"
             print(f"  {row.family}/{row.case} ({row.gpu}), ppb {row.seconds[1]:.3f} ({error:+.1%}), {spread_text}")
             for version in versions[:8]:
-                if version.changed is None:
-                    flags = "flags not found"
-                else:
-                    more = " ..." if len(version.changed) > 4 else ""
-                    flags = ", ".join(version.changed[:4]) + more or "the same flags"
-                print(f"    {version.commit:22s} {version.seconds:7.3f}  {flags}")
+                print(f"    {version.commit:22s} {version.seconds:7.3f}  {_flags_text(version.changed)}")
         print()
         print("One case's peak measured on two clusters of the same GPU (dev golden files; their runs may be of")
         print("different commits, each file's memory set by the commit shown): how far two measurements lie apart:")
