@@ -29,6 +29,19 @@ def time_unit(problem: BalanceInput) -> float:
     return max((b.forward_time + max(b.backward_time.values())) for b in problem.layers.bodies) or 1.0
 
 
+def held_layers(choices: Sequence[Sequence[StageChoice]], bodies: int) -> list[np.ndarray]:
+    """Per stage, [choice, body type]: the choice's layers of that type, every cell's counts added."""
+    held = []
+    for stage in choices:
+        table = np.zeros((len(stage), bodies), dtype=np.int64)
+        for j, choice in enumerate(stage):
+            for cell in choice.cells:
+                for body, row in zip(cell.bodies, cell.counts, strict=True):
+                    table[j, body] += sum(row)
+        held.append(table)
+    return held
+
+
 class ChoiceModel:
     """The integer program over listed stage choices: one binary y[s][j] per choice j of stage s,
     each cell's forward and backward durations, layer placement and body-type order; the
@@ -75,15 +88,7 @@ class ChoiceModel:
             self._row(1, 1, {self.y[s][j]: 1.0 for j in range(len(stage))})
         # per stage, [choice, body type]: the choice's layers of that type (a model whose kinds alternate
         # has a body type per layer: counted once here, not once per type)
-        bodies = len(self.p.layers.bodies)
-        held = []
-        for stage in self.choices:
-            table = np.zeros((len(stage), bodies), dtype=np.int64)
-            for j, choice in enumerate(stage):
-                for cell in choice.cells:
-                    for body, row in zip(cell.bodies, cell.counts, strict=True):
-                        table[j, body] += sum(row)
-            held.append(table)
+        held = held_layers(self.choices, len(self.p.layers.bodies))
         for l, body in enumerate(self.p.layers.bodies):
             terms = {}
             for s, table in enumerate(held):

@@ -46,7 +46,7 @@ from ppb_core.balance import highs, schedule_times
 from ppb_core.balance.baselines import uniform_plan
 from ppb_core.balance.bounds import drain_family, family_row, least_max_work, nudged_family
 from ppb_core.balance.cell_model import CellModel, cell_choices
-from ppb_core.balance.choice_model import ChoiceModel, Path, time_unit
+from ppb_core.balance.choice_model import ChoiceModel, Path, held_layers, time_unit
 from ppb_core.balance.choices import Catalogue, CellChoice, ListingBudget, ListingCut, StageChoice
 from ppb_core.balance.local import CellOptions, exchange, improve, reoptioned
 from ppb_core.balance.megatron import Setting, setting_of, settings
@@ -334,14 +334,7 @@ def placeable(problem: BalanceInput, choices: list[list[StageChoice]]) -> list[l
     and 9,689 of its 11,292 relaxations (61 CPU s) found that one choice at a time."""
     types = len(problem.layers.bodies)
     need = np.array([body.nb_layer for body in problem.layers.bodies], dtype=np.int64)
-    held = []
-    for stage in choices:
-        table = np.zeros((len(stage), types), dtype=np.int64)
-        for j, choice in enumerate(stage):
-            for cell in choice.cells:
-                for body, row in zip(cell.bodies, cell.counts, strict=True):
-                    table[j, body] += sum(row)
-        held.append(table)
+    held = held_layers(choices, types)
     alive = [np.ones(len(stage), dtype=bool) for stage in choices]
     while all(keep.any() for keep in alive):
         least = [table[keep].min(axis=0) for table, keep in zip(held, alive, strict=True)]
