@@ -163,6 +163,7 @@ def plan_iterations(run: RunConfig, plan: Mapping[str, Any]) -> dict[str, Any]:
     best = plan.get("best_baseline")
     if best:
         baseline = next(b for b in plan["baselines"] if b["option"] == best)
+        # no mtp_cell: the baselines are always the fused problem's, MTP with the loss (`mtp_apart.faster_placement`)
         out["baseline_iteration"] = {"option": best, **priced(baseline["cells"])}
     return out
 
