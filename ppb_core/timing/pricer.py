@@ -1283,7 +1283,6 @@ class TimeModel:
                     # pre-forward hook gathers the bucket the forward released, `_pre_backward` then finds it whole
                     # (selective recompute reruns ops inside the layer, no hook)
                     again = extra[0] if state == LayerType.FULL_REC_LAYER else 0.0
-                    launches = dict(launches)
                     forward, backward = launches.get(first, (0.0, 0.0))
                     launches[first] = (forward + extra[0], backward + extra[1] - again)
                 parts = self.parts(layer, state, switches)
