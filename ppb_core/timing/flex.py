@@ -106,8 +106,9 @@ HYBRIDEP_IB_PARTS = ("h100-80gb",)
 
 
 def ranks_reached(experts: int, k: int, ep: int, groups: int = 0, group_limit: int = 0) -> float:
-    """Mean ranks a token's k distinct experts (uniform among *experts*, experts/ep on each of *ep* ranks)
-    sit on: each rank missed with probability C(E − E/ep, k) / C(E, k). Group-limited routing (Megatron's
+    """Ranks a token's k distinct experts sit on: the mean when they are uniform among *experts* (experts/ep
+    on each of *ep* ranks), each rank missed with probability C(E − E/ep, k) / C(E, k); with a group limit the
+    smaller of that mean and the limit's bound below. Group-limited routing (Megatron's
     `group_limited_topk`, moe_utils.py at cf39a4ddcf and d98e8a64: the experts in *groups* equal groups of
     consecutive experts, a token's k taken from its *group_limit* best groups) bounds that: where each group
     spans whole ranks (groups dividing ep), the k are among limit·E/groups experts on limit·ep/groups ranks;
