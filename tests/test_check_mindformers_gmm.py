@@ -31,9 +31,10 @@ def _run(folder: Path, parallel: str, moe: str) -> Path:
     return path
 
 
-def _plan(folder: Path, use_gmm: bool) -> Path:
+def _plan(folder: Path, use_gmm: object, moe_config: str | None = None) -> Path:
+    """A MindFormers yaml plan with *moe_config* as its yaml text, else `{use_gmm: <use_gmm>}`."""
     path = folder / "plan.yaml"
-    path.write_text(f"offset: [0, 0, 0, 0]\nmoe_config: {{use_gmm: {use_gmm}}}\n")
+    path.write_text(f"offset: [0, 0, 0, 0]\nmoe_config: {moe_config or f'{{use_gmm: {use_gmm}}}'}\n")
     return path
 
 
@@ -44,13 +45,13 @@ def _plan(folder: Path, use_gmm: bool) -> Path:
         (
             "",
             "{dropless: true}",
-            "moe_config.use_gmm: True runs MoEV3, whose experts have no tensor parallelism; the run config's "
+            "moe_config.use_gmm: true runs MoEV3, whose experts have no tensor parallelism; the run config's "
             "parallel.etp is not set, so tp (2): set parallel.etp 1",
         ),
         (
             "etp: 1, ",
             "{dropless: false, capacity_factor: 1.5}",
-            "moe_config.use_gmm: True runs MoEV3, which ignores capacity_factor and routes every token; the run "
+            "moe_config.use_gmm: true runs MoEV3, which ignores capacity_factor and routes every token; the run "
             "config has training.moe.dropless false: set it true",
         ),
     ],
@@ -63,6 +64,39 @@ def test_a_gmm_yaml_beside_another_moe_is_one_line(
     captured = capsys.readouterr()
     assert code == 2 and captured.out == "" and captured.err.count("\n") == 1, captured.err
     assert f"{plan}: {line}" in captured.err, captured.err
+
+
+@pytest.mark.parametrize(
+    ("use_gmm", "said"),
+    [
+        # MindFormers tests use_gmm by its truth (llama_layer.py `elif self.use_gmm:`): a string or 1 is on,
+        # and the refusal quotes what the yaml says
+        ('"yes"', "'yes'"),
+        ("1", "1"),
+    ],
+)
+def test_a_gmm_yaml_s_own_value_is_quoted(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, use_gmm: str, said: str
+) -> None:
+    plan = _plan(tmp_path, use_gmm)
+    code = main(["check", str(_run(tmp_path, "", "{dropless: true}")), "--plan", str(plan), "--no-optimum", "-q"])
+    captured = capsys.readouterr()
+    assert code == 2 and captured.out == "" and captured.err.count("\n") == 1, captured.err
+    assert f"{plan}: moe_config.use_gmm: {said} runs MoEV3, whose experts" in captured.err, captured.err
+
+
+@pytest.mark.parametrize(("moe_config", "said"), [("[use_gmm]", "a list of 1 item"), ("gmm", "'gmm'")])
+def test_a_moe_config_that_is_no_mapping_is_one_line(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, moe_config: str, said: str
+) -> None:
+    # MindFormers builds MoEConfig(**moe_config) from a true moe_config (core/parallel_config.py
+    # `build_parallel_config`), which no list or string can be
+    plan = _plan(tmp_path, None, moe_config)
+    code = main(["check", str(_run(tmp_path, "etp: 1, ", "{dropless: true}")), "--plan", str(plan), "--no-optimum"])
+    captured = capsys.readouterr()
+    assert code == 2 and captured.out == "" and captured.err.count("\n") == 1, captured.err
+    line = f"{plan}: moe_config: {said}: must be a mapping (MindFormers builds MoEConfig from its keys)"
+    assert line in captured.err, captured.err
 
 
 @pytest.mark.parametrize(

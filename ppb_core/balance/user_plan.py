@@ -433,23 +433,32 @@ def _check_grouped_matmul_moe(document: dict[str, Any], run: RunConfig, where: s
     data_parallel·model_parallel, `ffn_forward_func` all-to-alls them over the `expert_parallel` ranks and runs
     GroupedMatmul on whole expert weights; no expert tensor parallelism) and it routes every token ("Capacity
     factor is ignored", `MoEV3.__init__`). A run config pricing expert TP at tp, or a capacity, prices another
-    MoE (gathers of the routed tokens over tp, padded experts) without a word."""
+    MoE (gathers of the routed tokens over tp, padded experts) without a word. MindFormers reads `use_gmm` by its
+    truth (`elif self.use_gmm:`, no `Validator.check_bool` in `MoEConfig.__init__`), so "yes" or 1 is on too; the
+    refusal quotes the yaml's own value. A `moe_config` that is set but not a mapping MindFormers cannot build
+    (mindformers/core/parallel_config.py `build_parallel_config`: `MoEConfig(**config.moe_config)` when it is
+    true, the default MoE config when it is empty or null): refused."""
     moe_config = document.get("moe_config")
+    if moe_config and not isinstance(moe_config, dict):
+        raise InputError(
+            where, "moe_config", f"{shown(moe_config)}: must be a mapping (MindFormers builds MoEConfig from its keys)"
+        )
     if not isinstance(moe_config, dict) or not moe_config.get("use_gmm"):
         return
+    gmm = shown(moe_config["use_gmm"])
     if run.parallel.expert_tp != 1:
         said = "not set, so tp" if run.parallel.etp is None else str(run.parallel.etp)
         raise InputError(
             where,
             "moe_config.use_gmm",
-            f"True runs MoEV3, whose experts have no tensor parallelism; the run config's parallel.etp is {said} "
+            f"{gmm} runs MoEV3, whose experts have no tensor parallelism; the run config's parallel.etp is {said} "
             f"({run.parallel.expert_tp}): set parallel.etp 1",
         )
     if not run.training.moe.dropless:
         raise InputError(
             where,
             "moe_config.use_gmm",
-            "True runs MoEV3, which ignores capacity_factor and routes every token; the run config has "
+            f"{gmm} runs MoEV3, which ignores capacity_factor and routes every token; the run config has "
             "training.moe.dropless false: set it true",
         )
 
