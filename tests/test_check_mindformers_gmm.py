@@ -7,6 +7,7 @@ TP at tp or a capacity prices another MoE: refused in one line."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -109,6 +110,25 @@ def test_a_moe_config_that_is_no_mapping_is_one_line(
 def test_the_moe_the_yaml_runs_is_checked(
     capsys: pytest.CaptureFixture[str], tmp_path: Path, parallel: str, moe: str, use_gmm: bool
 ) -> None:
-    plan = _plan(tmp_path, use_gmm)
-    code = main(["check", str(_run(tmp_path, parallel, moe)), "--plan", str(plan), "--no-optimum", "-q"])
-    assert code in (0, 1), capsys.readouterr().err
+    """Not refused: checked as the run's own split, and it fits. Offset [0, 0, 0, 0] and no recompute lists
+    are the uniform split without recompute (MindFormers' defaults), which is what `ppb estimate` prices for
+    the run config: the second path the figures are held to."""
+    run, plan = _run(tmp_path, parallel, moe), _plan(tmp_path, use_gmm)
+    code = main(["check", str(run), "--plan", str(plan), "--no-optimum", "-q", "--json"])
+    captured = capsys.readouterr()
+    assert captured.err == "", captured.err
+    checked = json.loads(captured.out)
+    assert main(["estimate", str(run), "--json"]) == 0
+    estimated = json.loads(capsys.readouterr().out)
+    # Mixtral-8x7B's 32 layers over pp 4 at offset 0: 8 a stage, none recomputed
+    assert [(stage["layers"], stage["options"]) for stage in checked["stages"]] == [(8, {"NONE": 8})] * 4
+    # usable: the 910B's 64 GiB (65,536 MB) less device.reserved_mb 4,000
+    assert {stage["device_mb"] for stage in checked["stages"]} == {61_536}
+    # estimate's peak_bytes adds reserved_bytes (`ppb estimate --help`), the check's peak leaves it out
+    assert [stage["peak_mb"] for stage in checked["stages"]] == pytest.approx(
+        [stage["peak_bytes"] / 2**20 - 4_000 for stage in estimated["stages"]]
+    )
+    assert checked["iteration_s"] == pytest.approx(estimated["iteration"]["seconds"])
+    # exit 0: every stage's peak is under its 61,536 usable MB (1 would say a stage runs out of memory)
+    assert all(stage["peak_mb"] < 61_536 for stage in checked["stages"])
+    assert code == 0 and checked["fits"] is True
