@@ -163,3 +163,15 @@ LLAMA_8B_LAYER = {
     "num_key_value_heads": 8,
     "intermediate_size": 14336,
 }
+
+
+# one GPT-OSS 120B layer's attention shape (its config.json), a 1000-word vocabulary
+GPT_OSS_ATTENTION_LAYER = {
+    "vocab_size": 1000,
+    "hidden_size": 2880,
+    "num_layers": 1,
+    "num_attention_heads": 64,
+    "num_key_value_heads": 8,
+    "head_dim": 64,
+    "intermediate_size": 2880,
+}

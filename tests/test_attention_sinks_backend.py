@@ -4,22 +4,14 @@
 from __future__ import annotations
 
 import pytest
+from small_models import GPT_OSS_ATTENTION_LAYER
 
 from ppb_core.config.run import parse_run_config
 from ppb_core.errors import InputError
 from ppb_core.memory import MemoryModel
 
 # GPT-OSS's attention (64 query and 8 key-value heads of 64, a learnable sink logit a head) in a one-layer model
-_SPEC = {
-    "vocab_size": 1000,
-    "hidden_size": 2880,
-    "num_layers": 1,
-    "num_attention_heads": 64,
-    "num_key_value_heads": 8,
-    "head_dim": 64,
-    "intermediate_size": 2880,
-    "attention_sinks": True,
-}
+_SPEC = {**GPT_OSS_ATTENTION_LAYER, "attention_sinks": True}
 
 
 def _raw(device: str = "h100-80gb", flash: bool = True, sinks: bool = True, **timing) -> dict:

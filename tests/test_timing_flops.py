@@ -9,7 +9,7 @@ from __future__ import annotations
 import itertools
 
 import pytest
-from small_models import gpt_spec
+from small_models import GPT_OSS_ATTENTION_LAYER, gpt_spec
 
 from ppb_core.config.run import parse_run_config
 from ppb_core.model.kinds import body_kind, head_kind, tail_kind
@@ -656,17 +656,6 @@ def test_sliding_window_layer_computes_its_band_only():
     # the kernel's shape: 64 (sequence, head) pairs of 4096 queries, 516,160 / 4096 = 126.02 keys a query
     assert windowed["flash_scores"].attention == (64.0, 4096.0, 516_160 / 4096, 64, 1.0)
 
-
-# one GPT-OSS 120B layer's attention shape (its config.json), a 1000-word vocabulary
-GPT_OSS_ATTENTION_LAYER = {
-    "vocab_size": 1000,
-    "hidden_size": 2880,
-    "num_layers": 1,
-    "num_attention_heads": 64,
-    "num_key_value_heads": 8,
-    "head_dim": 64,
-    "intermediate_size": 2880,
-}
 
 # one GPT-OSS 120B MoE layer: 128 experts, top 4, quick-GEGLU with biases and its clamp at 7 (its config.json)
 GPT_OSS_MOE_LAYER = {

@@ -28,6 +28,7 @@ import types
 from typing import Any
 
 import pytest
+from small_models import SMALL_GQA
 
 from ppb_core.balance.torchtitan_plan import torchtitan, torchtitan_lines
 from ppb_core.chain.stages import torchtitan_headline
@@ -187,13 +188,7 @@ def test_a_field_a_release_lacks_raises():
 
 
 MOE = {
-    "vocab_size": 4096,
-    "hidden_size": 1024,
-    "num_layers": 4,
-    "num_attention_heads": 16,
-    "num_key_value_heads": 4,
-    "intermediate_size": 2816,
-    "max_position_embeddings": 2048,
+    **SMALL_GQA,
     "num_experts": 8,
     "experts_per_token": 2,
     "moe_intermediate_size": 512,
