@@ -307,7 +307,9 @@ def report_side(rows: list[PublicRun]) -> None:
     lines = [(name, [parts.get(name, 0.0) for _, parts, _, _ in columns]) for name in names]
     lines += [("ppb", [c[2] for c in columns]), ("measured", [c[3] for c in columns])]
     for name, values in lines:
-        growth = "".join(f"{step[name]:11.3f}" for step in steps)
+        # a class absent from both columns of a step (one only some rows have, e.g. FP8's amax
+        # reductions) grew by nothing there
+        growth = "".join(f"{step.get(name, 0.0):11.3f}" for step in steps)
         print(f"  {name[:38]:38s}" + "".join(f"{value:9.3f}" for value in values) + growth)
     gaps = [c[3] - c[2] for c in columns]
     print(f"  {'measured minus ppb':38s}" + "".join(f"{gap:9.3f}" for gap in gaps))
