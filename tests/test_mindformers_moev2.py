@@ -1,0 +1,108 @@
+"""MindFormers' BatchMatMul MoE (MoEV2) without sequence parallelism: what each model-parallel rank dispatches,
+all-to-alls and reduces (`ppb_core.timing.flops.mindformers_moev2`).
+
+mindformers/modules/transformer/moe.py at 2388c729a (the DeepSeek-V2 card's figure) and a4dfb8219: the norm's output
+is whole on every model-parallel rank (`(dp, 1, 1)`), so each rank routes the micro-batch's N tokens, gathers them
+into E experts × capacity slots (`TopkRouterV2.dispatch`) and all-to-alls that whole tensor over expert_parallel
+(`ffn_forward`'s `transpose_5dim_ep2`); the experts' w1/w3 split their width over mp (`LlamaFeedForward.shard`:
+`(ep, mp, 1)`), w2 its input (`(ep, 1, mp)`) with its partial sums all-reduced; the column-split input's gradient
+all-reduced in the backward. Hand numbers: N = s·b = 1024, k = 2, capacity factor 2.0, h = 512, bf16 (2 bytes).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from ppb_core.config.run import parse_run_config
+from ppb_core.model.kinds import body_kind
+from ppb_core.timing.flops import ALL_REDUCE, ALL_TO_ALL, REDUCE_SCATTER, OpGeometry, layer_ops
+
+SPEC = {
+    "vocab_size": 32000,
+    "hidden_size": 512,
+    "num_layers": 2,
+    "num_attention_heads": 8,
+    "intermediate_size": 1024,
+    "num_experts": 8,
+    "experts_per_token": 2,
+    "moe_intermediate_size": 256,
+}
+N, K, FACTOR, H, BC = 1024, 2, 2.0, 512, 2
+
+
+def moe_ops(framework: str = "mindformers", sp: bool = False, jit_level: str | None = "O1") -> dict:
+    raw = {
+        "name": "x",
+        "framework": framework,
+        "models": [{"name": "llm", "spec": SPEC}],
+        "parallel": {"dp": 4, "tp": 4, "ep": 4, "sequence_parallel": sp},
+        "training": {
+            "seq_length": N,
+            "micro_batch_size": 1,
+            "flash_attention": False,
+            "moe": {"dropless": False, "capacity_factor": FACTOR, "pad_to_capacity": True},
+        },
+        "device": {"name": "ascend-910b"},
+    }
+    if jit_level:
+        raw["timing"] = {"jit_level": jit_level}
+    run = parse_run_config(raw)
+    ops = layer_ops(body_kind(run.spec("llm"), 0, run.training.dropout), OpGeometry.from_run(run))
+    return {op.name: op for op in ops}
+
+
+def test_each_rank_all_to_alls_the_whole_micro_batch_padded_to_capacity():
+    ops = moe_ops()
+    # N·k·factor slots of h bf16 each, every one of the 4 mp ranks: 1024 · 2 · 2 · 512 · 2 = 4,194,304 bytes
+    slots_bytes = N * K * FACTOR * H * BC
+    for name in ("dispatch", "combine"):
+        forward, backward = ops[name].forward_comm, ops[name].backward_comm
+        assert (forward.kind, forward.group, forward.payload_bytes) == (ALL_TO_ALL, "ep", slots_bytes), name
+        assert (backward.kind, backward.payload_bytes) == (ALL_TO_ALL, slots_bytes), name
+    # the experts compute every slot of their own experts from the 4 replicas: the same N·k·factor rows
+    assert ops["experts_in"].flops == pytest.approx(2 * N * K * FACTOR * H * 2 * (256 / 4), rel=1e-12)
+
+
+def test_the_experts_reduce_by_all_reduce_and_nothing_is_gathered():
+    ops = moe_ops()
+    slots_bytes = N * K * FACTOR * H * BC
+    assert "gather_experts" not in ops
+    reduce = ops["reduce_experts"]
+    assert (reduce.forward_comm.kind, reduce.forward_comm.group, reduce.forward_comm.payload_bytes) == (
+        ALL_REDUCE,
+        "etp",
+        slots_bytes,
+    )
+    assert reduce.backward_comm is None
+    grad = ops["reduce_experts_grad"]
+    assert grad.forward_comm is None
+    assert (grad.backward_comm.kind, grad.backward_comm.payload_bytes) == (ALL_REDUCE, slots_bytes)
+
+
+def test_dispatch_and_combine_passes_read_and_write_the_whole_micro_batch():
+    # dispatch: concat of a zero row (read N, write N + 1 ≈ N rows) and the Gather into the slots (read and write
+    # C = N·k·factor rows): (2N + 2C)·h·bc = (2048 + 8192) · 1024 = 10,485,760 bytes each way.
+    c = N * K * FACTOR
+    ops = moe_ops()
+    assert ops["permute"].bytes == pytest.approx((2 * N + 2 * c) * H * BC, rel=1e-12)
+    assert ops["permute"].backward_bytes == ops["permute"].bytes
+    # combine under O1: concat (read C, write C), Gather of the k slots (read and write N·k), the coefficients'
+    # Mul fused into the ReduceSum over k (read N·k, write N): (2C + 3N·k + N)·h·bc; at O0 the product is written and
+    # read once more (2N·k)
+    fused = (2 * c + 3 * N * K + N) * H * BC
+    assert ops["unpermute"].bytes == pytest.approx(fused, rel=1e-12)
+    assert ops["unpermute"].backward_bytes == ops["unpermute"].bytes
+    assert moe_ops(jit_level=None)["unpermute"].bytes == pytest.approx(fused + 2 * N * K * H * BC, rel=1e-12)
+
+
+def test_sequence_parallel_and_megatron_keep_the_split_tokens():
+    # under use_seq_parallel MoEV2 runs `_ffn_forward_sq` (not read): the tokens stay split over tp as before; and
+    # Megatron's MoE without SP routes 1/t of them: N/4·k·factor slots in the all-to-all (Megatron's with their
+    # probabilities beside them), gathered over expert TP and reduce-scattered back
+    sequence_parallel, megatron = moe_ops(sp=True), moe_ops(framework="megatron", jit_level=None)
+    split = N / 4 * K * FACTOR * H * BC
+    assert sequence_parallel["dispatch"].forward_comm.payload_bytes == pytest.approx(split, rel=1e-12)
+    assert megatron["dispatch"].forward_comm.payload_bytes == pytest.approx(split + N / 4 * K * FACTOR * BC, rel=1e-12)
+    for ops in (sequence_parallel, megatron):
+        assert ops["reduce_experts"].forward_comm.kind == REDUCE_SCATTER
+        assert "gather_experts" in ops
