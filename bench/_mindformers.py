@@ -250,6 +250,9 @@ class Card:
     # model_config.rotary_dtype (LlamaConfig's default float32); None for ChatGLM2's models, whose rotary is
     # glm2_transformer.py's own (`apply_rotary_pos_emb` over half of each head), priced generic
     rotary_dtype: str | None = "fp32"
+    # model_config.softmax_compute_type where the attention is unfused (`use_flash_attention: False`) under O1:
+    # `_attn` casts the scores to it for the Softmax (flops.mindformers_softmax_bytes); None elsewhere
+    softmax_dtype: str | None = None
     # the model's embedding built with `parallel_optimizer=True` (research/qwen/qwen_model.py `QwenModel`'s
     # `LlamaEmbedding(..., parallel_optimizer=True)` at v1.3.0 debac6a97): its table sharded by optimizer parallel
     embedding_parallel_optimizer: bool = False
@@ -828,6 +831,7 @@ CARD_ROWS: tuple[Card, ...] = (
         capacity_factor=2.0,
         seq_parallel=False,
         rotary_dtype=None,  # deepseek2_model.py's own rotary for MLA's rope half, not LLaMA's cell: generic
+        softmax_dtype="fp32",
     ),
 )
 
@@ -867,6 +871,8 @@ def card_raw(card: Card) -> dict[str, Any]:
         timing["jit_level"] = card.jit_level  # O1: MindSpore's graph-kernel fusion (flops.mindformers_loss_bytes)
     if card.rotary_dtype is not None:
         timing["rotary_dtype"] = card.rotary_dtype  # LLaMA's RotaryEmbedding (flops.mindformers_rope_bytes)
+    if card.softmax_dtype is not None:
+        timing["softmax_compute_type"] = card.softmax_dtype  # the unfused attention's casts (mindformers_softmax_bytes)
     if card.fine_grain_interleave > 1:
         # llama_interleave.py `LLamaDecodeLayerInterleave` (a4dfb8219) cuts each layer's micro-batch into
         # `fine_grain_interleave` slices along the sequence and tags their concatenations

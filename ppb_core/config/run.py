@@ -891,6 +891,13 @@ class TimingOptions(StrictModel):
         "`flops.mindformers_rope_bytes` counts those kernels; unset, or without O1, the generic fused count "
         "(time only; framework mindformers)",
     )
+    softmax_compute_type: Dtype | None = Field(
+        None,
+        description="MindFormers' model_config.softmax_compute_type: without flash attention its `_attn` casts the "
+        "scaled, masked scores to it for the Softmax and casts the probabilities back; under jit_level O1 priced as "
+        "`flops.mindformers_softmax_bytes` counts those kernels; unset, with flash attention or without O1, the "
+        "generic fused count (time only; framework mindformers)",
+    )
     fine_grain_interleave: Literal[1, 2] | None = Field(
         None,
         description="MindFormers' model_config.fine_grain_interleave: at 2 each LLaMA layer runs its projections, "
@@ -1905,9 +1912,10 @@ def check_timing_words(
     if framework != "mindformers" and timing.param_dtype is not None:
         said = f"is MindFormers' param_init_type (docs/timing.md); this {whose}'s framework is {framework}"
         raise InputError(where, "timing.param_dtype", said)
-    if framework != "mindformers" and timing.rotary_dtype is not None:
-        said = f"is MindFormers' model_config word (docs/frameworks.md); this {whose}'s framework is {framework}"
-        raise InputError(where, "timing.rotary_dtype", said)
+    for word in ("rotary_dtype", "softmax_compute_type"):
+        if framework != "mindformers" and getattr(timing, word) is not None:
+            said = f"is MindFormers' model_config word (docs/frameworks.md); this {whose}'s framework is {framework}"
+            raise InputError(where, f"timing.{word}", said)
     if framework != "mindformers" and timing.jit_level is not None:
         said = f"is MindFormers' context word (docs/frameworks.md); this {whose}'s framework is {framework}"
         raise InputError(where, "timing.jit_level", said)

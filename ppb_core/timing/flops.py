@@ -333,6 +333,9 @@ class OpGeometry(Geometry):
     # MindFormers' BatchMatMul MoE (MoEV2) without sequence parallelism, its experts split over model_parallel:
     # every TP rank routes, dispatches and all-to-alls the whole micro-batch (`mindformers_moev2`)
     mindformers_moev2: bool = False
+    # MindFormers' unfused attention under jit_level O1: softmax_compute_type's bytes (`mindformers_softmax_bytes`;
+    # 0 unset, flash attention, or another level or framework)
+    mindformers_softmax_bytes: int = 0
     flex_in_kernel: bool = False  # the flex backend permutes inside its dispatch and combine (`flex`)
     flex_sms: int = 0  # SMs the flex backend's dispatch and combine take beside compute (`flex.flex_sms`)
     # ... its combine direction's (the combine, the dispatch's backward) where they differ: fused HybridEP's
@@ -449,6 +452,12 @@ class OpGeometry(Geometry):
             ep_nodes=max(1, -(-par.expert_tp * par.ep // par.devices_per_node)),
             dispatcher=run.timing.moe_dispatcher,
             mindformers_moev2=mindformers_moev2(run),
+            mindformers_softmax_bytes=DTYPE_BYTES[run.timing.softmax_compute_type]
+            if run.framework == "mindformers"
+            and run.timing.jit_level == "O1"
+            and run.timing.softmax_compute_type
+            and not train.flash_attention
+            else 0,
             framework=run.framework,
             transformer_impl=run.timing.transformer_impl,
             cross_entropy_fusion=run.timing.cross_entropy_fusion,
@@ -1353,7 +1362,14 @@ def _core(kind: BodyKind, geo: OpGeometry, p: str, qk: list[str], v: list[str]) 
             switch="softmax",
             inputs=(scores, *mask),
         )
-        ops.append(_torch_softmax(softmax, geo, pairs) if geo.torch_softmax else softmax)
+        if geo.torch_softmax:
+            softmax = _torch_softmax(softmax, geo, pairs)
+        elif geo.mindformers_softmax_bytes:
+            forward, backward = mindformers_softmax_bytes(bc, geo.mindformers_softmax_bytes)
+            softmax = dataclasses.replace(
+                softmax, bytes=forward * pairs, backward_bytes=backward * pairs, launches=(3.0, 3.0)
+            )
+        ops.append(softmax)
         probs = p + "softmax"
         if kind.attention_dropout > 0:
             ops += [
@@ -1652,6 +1668,26 @@ def te_attention_mask(name: str, block: str, elements: float) -> Op:
     """TransformerEngine's unfused attention mask, built each forward for *elements* (query, key) pairs."""
     op = _elementwise(name, block, TE_MASK_BYTES * elements, 0.0, transient=True)
     return dataclasses.replace(op, launches=(float(TE_MASK_KERNELS), 0.0))
+
+
+def mindformers_softmax_bytes(bc: int, softmax: int) -> tuple[float, float]:
+    """Bytes a score element of MindFormers' unfused attention under jit_level O1, (forward, backward): `_attn`
+    (mindformers/models/llama/llama_transformer.py at a4dfb8219; research/deepseek2/deepseek2_transformer.py at
+    2388c729a alike) scales the BatchMatMul's scores (Mul), adds the mask (Add), casts them to
+    softmax_compute_type (Cast), runs Softmax and casts the probabilities back to the compute dtype for the next
+    BatchMatMul. DVM clusters the Mul, Add and Cast (element-wise, level 0) into one kernel: read bc, write s
+    (the broadcast mask not counted); Softmax is not a DVM op on Ascend (graph_kernel_expander_cloud.cc
+    `expand_ops_with_level_dvm`, stored 073ad857, lists neither it nor SoftmaxGradExt at level 0): an aclnn
+    kernel, read and write s; the Cast back its own kernel before the BatchMatMul: read s, write bc (none where
+    s is the compute dtype). Backward: the Cast's gradient up (read bc, write s), `SoftmaxBackward` (MindSpore's
+    Softmax bprop, frontend/expander/bprop grad_nn_ops.cc: one kernel reading the gradient and the output and
+    writing its own, 3s), then the Cast down fused with the scale's Mul (read s, write bc). *bc* the compute
+    dtype's bytes, *softmax* softmax_compute_type's: at float32 over bf16 20 and 24 bytes against the fused
+    kernel's 4 and 6."""
+    cast = softmax != bc
+    forward = (bc + softmax) + 2 * softmax + ((softmax + bc) if cast else 0)
+    backward = ((bc + softmax) if cast else 0) + 3 * softmax + (softmax + bc)
+    return float(forward), float(backward)
 
 
 def _torch_softmax(op: Op, geo: OpGeometry, pairs: float) -> Op:

@@ -1,5 +1,7 @@
-"""MindFormers' BatchMatMul MoE (MoEV2) without sequence parallelism: what each model-parallel rank dispatches,
-all-to-alls and reduces (`ppb_core.timing.flops.mindformers_moev2`).
+"""What MindFormers' DeepSeek-V2 card runs, priced as its code runs it: the BatchMatMul MoE (MoEV2) without sequence
+parallelism, what each model-parallel rank dispatches, all-to-alls and reduces (`ppb_core.timing.flops.
+mindformers_moev2`), and the unfused attention's softmax in softmax_compute_type under jit_level O1
+(`mindformers_softmax_bytes`).
 
 mindformers/modules/transformer/moe.py at 2388c729a (the DeepSeek-V2 card's figure) and a4dfb8219: the norm's output
 is whole on every model-parallel rank (`(dp, 1, 1)`), so each rank routes the micro-batch's N tokens, gathers them
@@ -14,6 +16,7 @@ from __future__ import annotations
 import pytest
 
 from ppb_core.config.run import parse_run_config
+from ppb_core.errors import InputError
 from ppb_core.model.kinds import body_kind
 from ppb_core.timing.flops import ALL_REDUCE, ALL_TO_ALL, REDUCE_SCATTER, OpGeometry, layer_ops
 
@@ -30,7 +33,7 @@ SPEC = {
 N, K, FACTOR, H, BC = 1024, 2, 2.0, 512, 2
 
 
-def moe_ops(framework: str = "mindformers", sp: bool = False, jit_level: str | None = "O1") -> dict:
+def moe_ops(framework: str = "mindformers", sp: bool = False, jit_level: str | None = "O1", **timing) -> dict:
     raw = {
         "name": "x",
         "framework": framework,
@@ -44,8 +47,7 @@ def moe_ops(framework: str = "mindformers", sp: bool = False, jit_level: str | N
         },
         "device": {"name": "ascend-910b"},
     }
-    if jit_level:
-        raw["timing"] = {"jit_level": jit_level}
+    raw["timing"] = ({"jit_level": jit_level} if jit_level else {}) | timing
     run = parse_run_config(raw)
     ops = layer_ops(body_kind(run.spec("llm"), 0, run.training.dropout), OpGeometry.from_run(run))
     return {op.name: op for op in ops}
@@ -106,3 +108,25 @@ def test_sequence_parallel_and_megatron_keep_the_split_tokens():
     for ops in (sequence_parallel, megatron):
         assert ops["reduce_experts"].forward_comm.kind == REDUCE_SCATTER
         assert "gather_experts" in ops
+
+
+def test_the_unfused_softmax_in_softmax_compute_type_under_o1():
+    # `_attn`: the scores (bf16, 2 bytes) scaled, masked and cast to float32 (4) in one DVM kernel (read 2, write 4),
+    # the aclnn Softmax (read 4, write 4), the Cast back (read 4, write 2): 20 bytes a score element forward.
+    # Backward: the gradient's Cast up (2 + 4), SoftmaxBackward (read 4 + 4, write 4), the Cast down fused with the
+    # scale's Mul (4 + 2): 24. Score elements a rank: 8 heads / tp 4 = 2 heads of N × N (unfused: the whole square).
+    pairs = 2 * N * N
+    softmax = moe_ops(softmax_compute_type="fp32")["softmax"]
+    assert (softmax.bytes, softmax.backward_bytes) == (20 * pairs, 24 * pairs)
+    # softmax_compute_type the compute dtype: no Casts: the fused kernel (2 + 2), Softmax (2 + 2); backward
+    # SoftmaxBackward (3 · 2) and the scale (2 + 2)
+    same = moe_ops(softmax_compute_type="bf16")["softmax"]
+    assert (same.bytes, same.backward_bytes) == (8 * pairs, 10 * pairs)
+    # unset, or without O1: one fused kernel, read the scores and write the probabilities (2 + 2); backward 3 · 2
+    for ops in (moe_ops(), moe_ops(jit_level=None, softmax_compute_type="fp32")):
+        assert (ops["softmax"].bytes, ops["softmax"].backward_bytes) == (4 * pairs, 6 * pairs)
+
+
+def test_softmax_compute_type_is_mindformers_only():
+    with pytest.raises(InputError, match="softmax_compute_type"):
+        moe_ops(framework="megatron", jit_level=None, softmax_compute_type="fp32")
