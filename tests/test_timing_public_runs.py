@@ -587,13 +587,13 @@ def test_every_row_runs_and_the_mean_error_stays_bounded(public):
     # 27 cards' rows and, from session 32, research/deepseek2/readme.md's DeepSeek-V2 236B finetune: 28
     assert len(found["MindFormers model-card"]) == 28
     # A guard, not a fit: the mean absolute error today is 14.8% over the published tables' runs and
-    # 27.0% over Megatron's CI runs (docs/timing.md: ppb's layers run faster than Megatron's runs on
+    # 27.0% over Megatron's CI runs (docs/timing-validation.md: ppb's layers run faster than Megatron's runs on
     # both H100 and A100); the aim is 5%.
     assert public.mean_error(tables) < 0.16
     assert public.mean_error(ci) < 0.30
-    # NeMo 25.11's rows, held out: 28.5% today (docs/timing.md), the B200 MoE rows the worst (host-bound)
+    # NeMo 25.11's rows, held out: 28.5% today (docs/timing-validation.md), the B200 MoE rows the worst (host-bound)
     assert public.mean_error(nemo) < 0.40
-    # torchtitan's compiled, Float8, 2D-4D rows, held out: 22.6% today, every row fast (docs/timing.md)
+    # torchtitan's compiled, Float8, 2D-4D rows, held out: 22.6% today, every row fast (docs/timing-validation.md)
     assert public.mean_error(titan) < 0.30
 
 
