@@ -130,3 +130,32 @@ def test_the_unfused_softmax_in_softmax_compute_type_under_o1():
 def test_softmax_compute_type_is_mindformers_only():
     with pytest.raises(InputError, match="softmax_compute_type"):
         moe_ops(framework="megatron", jit_level=None, softmax_compute_type="fp32")
+
+
+def test_moev2_pads_each_expert_to_its_capacity_rounded_to_model_parallel():
+    # calculate_expert_capacity_v2: ⌈k·N·factor / E⌉ = ⌈2 · 1024 · 1.1 / 8⌉ = ⌈281.6⌉ = 282 slots, rounded up to a
+    # multiple of mp 4: 284; over the fair share k·N/E = 256: 1.109375 (the factor alone: 1.1)
+    def share(sp: bool) -> float:
+        raw = {
+            "name": "x",
+            "framework": "mindformers",
+            "models": [{"name": "llm", "spec": SPEC}],
+            "parallel": {"dp": 4, "tp": 4, "ep": 4, "sequence_parallel": sp},
+            "training": {"seq_length": N, "moe": {"dropless": False, "capacity_factor": 1.1}},
+            "device": {"name": "ascend-910b"},
+        }
+        return parse_run_config(raw).routed_share
+
+    assert share(False) == 284 / 256
+    # under use_seq_parallel the router's groups hold N/4 = 256 tokens, rounded to 1: ⌈70.4⌉ = 71 over 64, the same
+    assert share(True) == 71 / 64
+    # DeepSeek-V2's card shape (160 experts, top 6, 4096 tokens, factor 2.0, mp 8): ⌈307.2⌉ = 308 → 312, over 153.6
+    raw = {
+        "name": "x",
+        "framework": "mindformers",
+        "models": [{"name": "llm", "spec": {**SPEC, "num_experts": 160, "experts_per_token": 6}}],
+        "parallel": {"dp": 4, "tp": 8, "ep": 4},
+        "training": {"seq_length": 4096, "moe": {"dropless": False, "capacity_factor": 2.0}},
+        "device": {"name": "ascend-910b"},
+    }
+    assert parse_run_config(raw).routed_share == pytest.approx(312 / 153.6, rel=1e-12)
