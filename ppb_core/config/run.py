@@ -729,8 +729,10 @@ class Device(StrictModel):
         overrides = {
             key: value for key, value in self.model_dump(exclude={"name", "reserved_mb"}).items() if value is not None
         }
-        if self.comm_efficiency is not None:  # a stated NCCL share holds for every collective, gathers included
+        # a stated NCCL share holds for every collective, gathers and all-to-alls included
+        if self.comm_efficiency is not None:
             overrides["nccl_gather_shares"] = ()
+            overrides["nccl_alltoall_shares"] = ()
         return base.replace(**overrides)
 
     @property

@@ -133,6 +133,9 @@ class Collective:
     # All-to-all across nodes: the backend's measured rate for a byte leaving a node (HybridEP's on H100,
     # `ppb_core.timing.flex.hybridep_ib_rates`), bytes/s; 0: the links' NIC rate.
     inter_node_bytes_per_s: float = 0.0
+    # All-to-all by a flex dispatcher's own kernels (DeepEP, HybridEP, NCCL EP), not NCCL's grouped sends and
+    # receives: NCCL's measured all-to-all share (`DeviceProfile.nccl_alltoall_shares`) is not theirs.
+    flex_backend: bool = False
 
 
 @dataclass(frozen=True)
@@ -2219,6 +2222,7 @@ def moe_ops(kind: BodyKind, moe: Moe, geo: OpGeometry, p: str = "") -> list[Op]:
                     sms=geo.flex_sms,
                     algorithm_bytes_per_s=dispatch_rate,
                     inter_node_bytes_per_s=dispatch_ib,
+                    flex_backend=flex,
                 ),
                 backward_comm=Collective(
                     ALL_TO_ALL,
@@ -2231,6 +2235,7 @@ def moe_ops(kind: BodyKind, moe: Moe, geo: OpGeometry, p: str = "") -> list[Op]:
                     sms=combine_sms,
                     algorithm_bytes_per_s=combine_rate,
                     inter_node_bytes_per_s=combine_ib,
+                    flex_backend=flex,
                 ),
             )
         )
@@ -2358,6 +2363,7 @@ def moe_ops(kind: BodyKind, moe: Moe, geo: OpGeometry, p: str = "") -> list[Op]:
                     sms=combine_sms,
                     algorithm_bytes_per_s=combine_rate,
                     inter_node_bytes_per_s=combine_ib,
+                    flex_backend=flex,
                 ),
                 backward_comm=Collective(
                     ALL_TO_ALL,
@@ -2369,6 +2375,7 @@ def moe_ops(kind: BodyKind, moe: Moe, geo: OpGeometry, p: str = "") -> list[Op]:
                     sms=geo.flex_sms,
                     algorithm_bytes_per_s=dispatch_rate,
                     inter_node_bytes_per_s=dispatch_ib,
+                    flex_backend=flex,
                 ),
             )
         )
