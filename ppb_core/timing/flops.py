@@ -1052,6 +1052,11 @@ def _projections(kind: BodyKind, geo: OpGeometry, p: str, norm: str) -> tuple[li
             # layernorm_linear.py `forward`: `gather_along_first_dim(..., quantizer=...)`, the bytes of
             # `te_fp8_gather_bytes`) and, under current scaling, each all-reduces its amax; the rotary key
             # goes through Megatron's own gather in the compute dtype.
+            # Under selective `mla_up_proj` recompute the backward replays the up-projections whole
+            # (multi_latent_attention.py `get_query_key_value_tensors`: `qkv_up_proj_and_rope_apply` run by
+            # `CheckpointWithoutOutput`, tensor_parallel/random.py `_recompute`, at c08d89bea0 and d98e8a64), so
+            # both linears gather their latent shards again; the key's rotary part was gathered before the
+            # checkpoint and is not (`recompute_comm`: two calls, the latents only; `pricer.MEGATRON_REPLAYS`).
             gather, regather = entry[0], entry[1]
             latents = geo.tokens * ((att.q_lora_rank or h) + att.kv_lora_rank)
             forward, again = geo.te_fp8_gather[:2] if geo.te_fp8_gather else (bc, bc)
@@ -1064,6 +1069,7 @@ def _projections(kind: BodyKind, geo: OpGeometry, p: str, norm: str) -> tuple[li
                         calls=3,
                     ),
                     backward_comm=dataclasses.replace(gather.backward_comm, calls=3),
+                    recompute_comm=dataclasses.replace(gather.forward_comm, payload_bytes=latents * forward, calls=2),
                 ),
                 dataclasses.replace(
                     regather,
