@@ -16,7 +16,7 @@ Achieved fractions are measured, not datasheet figures:
   model (`ppb_core.timing.kernels`) loses more to tile and wave quantization over `sm_count`.
   MAMF is measured warm (mamf-finder.py runs 30 s of matmuls before its sweep) on random data, so
   it carries the clock a GPU holds on GEMMs under its power limit; public H100 SXM training logs
-  read 1920-1980 MHz (docs/timing.md, Validation), so there is no separate sustained-clock figure.
+  read 1920-1980 MHz (docs/timing-validation.md, Sustained clocks), so there is no separate sustained-clock figure.
 - `attention_forward_efficiency` / `attention_backward_efficiency`: what a flash-attention kernel
   reaches at head size 128 and long sequences. A100: FlashAttention-2 (Dao 2023, "reaching up to
   230 TFLOPs/s" forward, 73%; its forward+backward benchmark without the mask at 16k, 203 TFLOPs/s,
@@ -288,7 +288,7 @@ FP8_QUANTIZE_SHARE_BLACKWELL = round((1495269376 + 987758592) * 5 / ((9.147 - 6.
 # round: it runs at a lower GEMM duty, and power, than a layer's back-to-back GEMMs. Horace
 # He ("Strangely, Matrix Multiplications on GPUs Run Faster When Given 'Predictable' Data", 2024): "matmuls
 # on the H100 are primarily not compute or bandwidth limited, they are power limited". H100 SXM training logs
-# reading 1920-1980 MHz (docs/timing.md, Sustained clocks) sample the clock at each log interval, not inside
+# reading 1920-1980 MHz (docs/timing-validation.md, Sustained clocks) sample the clock at each log interval, not inside
 # a GEMM phase. Taken for the H100 SXM and the H200 SXM: the same GH100 die (132 SMs, the same BF16 MAMF:
 # ml-engineering's table, "H200 is the same") under the same 700 W limit, its HBM3e drawing more of it
 # (Ujeniya et al., "Architectural Trade-offs in the Energy-Efficient Era: A Comparative Study of
