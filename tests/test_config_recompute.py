@@ -169,6 +169,28 @@ def test_words_of_another_framework_are_refused_in_one_line(recompute, framework
         ("fully", None, "training.recompute", "'full'"),
         ({"softmax": 2}, None, "training.recompute.softmax", "less than or equal to 1"),
         ({"softmx": 0}, None, "training.recompute", "unknown switch 'softmx'"),
+        # MindFormers' recompute_config words (TransformerRecomputeConfig), as a MindFormers user writes them: said
+        # as its words with ppb's for them, where they read "Input should be a valid dictionary (got true)" and
+        # "training.recompute.recompute: Input should be a valid integer (got true)" (session 33)
+        (
+            True,
+            "mindformers",
+            "training.recompute",
+            "true: MindFormers' recompute_config word; a run config says `full`",
+        ),
+        (
+            False,
+            "mindformers",
+            "training.recompute",
+            "false: MindFormers' recompute_config word; a run config says `{}`",
+        ),
+        (
+            {"recompute": True, "select_recompute": False},
+            "mindformers",
+            "training.recompute",
+            "recompute, select_recompute: MindFormers' recompute_config words; in a run config say `full`",
+        ),
+        ({"select_comm_recompute": True}, None, "training.recompute", "select_comm_recompute: MindFormers'"),
     ],
 )
 def test_bad_recompute_names_the_field(recompute, framework, field, words):

@@ -261,6 +261,16 @@ CHANGES: dict[str, Change] = {
         "DistributedOptimizer of their own (optimizer/__init__.py, training.py; `--no-use-layer-wise-param-layout` "
         "keeps the old path); before, every parameter in one layer-wise buffer (the old path)",
     ),
+    "checkpoint_without_output_shares_storage": Change(
+        MEGATRON_CORE,
+        "f54403492e",
+        "2026-03-11",
+        (0, 17),
+        "`CheckpointWithoutOutput`'s recompute points each discarded output at the recomputed storage "
+        '(tensor_parallel/random.py `_recompute`, `_get_share_storage`: "zero-copy storage sharing"); before, '
+        "from 3b141a2471, it resized each output's storage back and copied the recomputed one into it "
+        "(`untyped_storage().copy_`): a device copy an output of the layernorm, mla_up_proj and moe_act modules",
+    ),
     "layout_holds_mtp": Change(
         MEGATRON_CORE,
         "d7bf5aaaa8",
