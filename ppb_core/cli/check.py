@@ -16,11 +16,11 @@ from ppb_core.balance.megatron import selective_modules
 from ppb_core.balance.megatron_run import vocabulary_note
 from ppb_core.balance.megatron_text import megatron_lines
 from ppb_core.balance.mtp_apart import standalone_problem
-from ppb_core.balance.outputs import cells
+from ppb_core.balance.outputs import YAML_KEYS, cells, says_yaml_keys
 from ppb_core.balance.plan import Plan
 from ppb_core.balance.plan_recompute import plan_flags, run_for_plan
 from ppb_core.balance.problem import run_problem
-from ppb_core.balance.result import balance
+from ppb_core.balance.result import balance, stopped_words
 from ppb_core.balance.torchtitan_plan import add_torchtitan, torchtitan_lines
 from ppb_core.balance.user_plan import read_plan
 from ppb_core.cli.console import progress_hook, table_console, warn_if_clock_stopped
@@ -95,6 +95,10 @@ def check(args: argparse.Namespace) -> dict[str, Any]:
                 "fits": optimum.fits,
                 "peak_mb": max(stage.peak_mb for stage in optimum.stages),
                 "status": result["status"],
+                "stopped_by": result.get("stopped_by"),
+                # whether the offset and recompute lists are the plan's words (a MindFormers run, or a Megatron
+                # plan Megatron-LM cannot say), as `ppb balance` prints them
+                "yaml_keys_said": says_yaml_keys(run.framework, result["megatron"]),
                 "gap": result["gap"],
                 "speedup": evaluated.iteration_s / optimum.iteration_s if optimum.iteration_s > 0 else None,
                 "offset": result["offset"],
@@ -232,11 +236,13 @@ def render(out: dict[str, Any]) -> None:
     if optimum and "iteration_s" in optimum:
         # beside a plan that does not fit, a speedup over it means nothing: the fitting plan's time stands alone
         versus = f"{optimum['speedup']:.3f}× yours" if not out.get("message") else "yours does not fit"
+        # said as `ppb balance` says it: why the solve ended (the status "time_limit" only says no proof), and
+        # the MindFormers yaml keys only where they are the plan's words (a Megatron run has its flags below)
+        stopped = stopped_words(optimum) + ("" if optimum["status"] == "optimal" else f", gap {optimum['gap']:.2%}")
+        keys = "; " + ", ".join(f"{key} {optimum[key]}" for key in YAML_KEYS) if optimum["yaml_keys_said"] else ""
         console.print(
-            f"the balancer's plan ({optimum['status']}): iteration {optimum['iteration_s']:,.3f} s, "
-            f"{versus}, peak {optimum['peak_mb']:,.0f} MB; offset {optimum['offset']}, "
-            f"recompute {optimum['recompute']}, select_recompute {optimum['select_recompute']}, "
-            f"select_comm_recompute {optimum['select_comm_recompute']}",
+            f"the balancer's plan ({stopped}): iteration {optimum['iteration_s']:,.3f} s, "
+            f"{versus}, peak {optimum['peak_mb']:,.0f} MB{keys}",
             soft_wrap=True,
         )
         lines = [*optimum.get("megatron_lines", []), *optimum.get("torchtitan_lines", [])]
