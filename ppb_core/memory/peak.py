@@ -219,7 +219,9 @@ def stage_peaks(
     one of *in_flight*); the largest kept memory among them is the stage's. *steps*, per stage,
     lists the combined 1F1B steps of Megatron's `--overlap-moe-expert-parallel-comm` (the counts as
     a step starts, its forward's chunk, its backward's: `schedules.combined_steps`), each charged
-    at its start's kept memory and what the step adds within (`memory.combined`). *option_of* gives a
+    at its start's kept memory and what the step adds within (`memory.combined`). Where a chunk's first
+    backward makes static memory (torchtitan's FSDP2 accumulators under PP), the schedule's own order is
+    walked in place of *vectors* (`_first_backward_walk`). *option_of* gives a
     body layer's option (default: `configured_options`, what the run's recompute asks of each).
     Identical layers in one cell are evaluated once. Where Megatron's `uniform` method checkpoints
     N layers as one, a cell's fully recomputed layers keep ⌈n/N⌉ inputs and a backward rebuilds N.
