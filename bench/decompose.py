@@ -40,13 +40,13 @@ With `--alone ROW ...`, for each matching row the factor that the GEMMs alone, o
 need to give the measured seconds: each class with its reruns (the busiest stage's seconds at their
 ops' kinds, `kernel_seconds`), and under a pipeline the compute and its bubble scaled together (the
 schedule's idle time is the other stages' compute); a factor that is about the same over many rows points
-at that class's rate, one that varies from row to row does not (docs/timing.md, torchtitan, session 25).
+at that class's rate, one that varies from row to row does not (docs/timing-validation.md, torchtitan, session 25).
 
 With `--side ROW ...`, the matching rows side by side, one column each (in the order matched): each
 class's seconds, ppb's, the measured and their difference, then between each column and the next what
 each grew by per unit of cp (`growth_per_cp`; per row when cp is the same): for rows that differ in cp
 alone with the tokens a rank keeps, e.g. torchtitan's Table 2, each class's growth per added ring step
-beside the measured growth (docs/timing.md, torchtitan, session 30).
+beside the measured growth (docs/timing-validation.md, torchtitan, session 30).
 
 Last, Megatron CI's two GPT 7B cases run on H100 and on A100 (golden values of one commit): the
 measured minus ours in seconds on each GPU. A gap that scales with a GPU's speed (a kernel class

@@ -1,7 +1,7 @@
 """The public runs' signed errors by feature: which settings the misses follow, device by device.
 
     python bench/trends.py [--table] [--within device|group|cell] [--pairs] [--terms] [--where FEATURE=VALUE ...]
-        [--classes] [--dump|--rows FILE]
+        [--classes] [--overlap] [--dump|--rows FILE]
 
 Each row of bench/public_runs.py is read back through its run config (`features`): framework, device,
 precision (BF16, or FP8 with its recipe), model size and family, dense or MoE, the parallel sizes (TP, PP, VP,
@@ -25,7 +25,10 @@ fits the published seconds as ppb's times one rate per device, group or cell plu
 ppb's own terms scaled): a term the runs spend that ppb leaves out or prices too cheaply, the same in every
 framework, has a positive coefficient (`term_fit`). `--classes` (when pricing) also collects bench/decompose.py's
 GEMM, attention and recompute-rerun seconds of each row (`CLASSES`; ~2 minutes more), which `--terms` then fits
-as ppb's own terms are: the share of a kernel class ppb misses beside the rows' rate. `--where
+as ppb's own terms are: the share of a kernel class ppb misses beside the rows' rate. `--overlap` (when pricing)
+prices each row again with every collective beside compute taking all the device's SMs (`overlap_in_full_s`;
+~3 minutes more): what ppb's overlap would cost charged in full, a term `--terms` fits as the share of it the
+runs spend beyond ppb's charge (the compute a concurrent collective slows, timing-validation.md, session 33). `--where
 moe=dense` keeps the rows of one value (repeatable); `--rows FILE` reads the rows an earlier run
 dumped (`--dump FILE`) to skip the ~2 minutes of pricing.
 Nothing here prices anything: it reads the rows and ppb's iteration as they are.
@@ -33,12 +36,14 @@ Nothing here prices anything: it reads the rows and ppb's iteration as they are.
 
 from __future__ import annotations
 
+import copy
 import json
 import math
 import statistics
 import sys
 from collections import defaultdict
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -60,6 +65,7 @@ SHARES = ("bubble", "p2p", "dp_communication", "fsdp_communication", "optimizer"
 # bench/decompose.py's op classes whose share of ppb's seconds `--classes` collects (`class_shares`): the busiest
 # stage's layers' GEMMs, flash/unfused attention cores and recompute reruns, each a micro-batch times m
 CLASSES = {"gemm": "GEMMs", "attention": "attention", "rerun": RECOMPUTE_CLASS}
+OVERLAP_TERM = "overlap_full_s"  # the row's `overlap_in_full_s`, collected with `--overlap`
 
 
 def group_of(source: str) -> str:
@@ -157,9 +163,25 @@ def class_shares(run: RunConfig, name: str) -> dict[str, float]:
     }
 
 
-def collect(rows: Sequence[PublicRun] | None = None, classes: bool = False) -> list[dict[str, Any]]:
+def overlap_in_full_s(row: PublicRun, run: RunConfig, seconds: float) -> float:
+    """What the row's iteration adds over its *seconds* when every collective that runs beside compute takes all
+    the device's SMs (the device's `comm_sms` at its `sm_count`: `Kernels.contention` 1): each second of
+    collective hidden behind compute then costs the compute a full second, as if the pair ran one after the
+    other. ppb charges `comm_sms / sm_count` of it; a run that spends a share β of this term beyond ppb shows β
+    in `term_fit`. Collectives priced otherwise keep their price: a flex dispatcher's own SMs (`Collective.sms`),
+    the persistent GEMMs' late CTAs (`kernels.persistent_added_s`), copy-engine transfers (`timing/symm_mem.py`,
+    userbuffers' ring exchange)."""
+    raw = copy.deepcopy(row.raw)
+    device = raw["device"] if isinstance(raw["device"], dict) else {"name": raw["device"]}
+    raw["device"] = device | {"comm_sms": run.device.profile().sm_count}
+    return row_iteration(replace(row, raw=raw)).seconds - seconds
+
+
+def collect(
+    rows: Sequence[PublicRun] | None = None, classes: bool = False, overlap: bool = False
+) -> list[dict[str, Any]]:
     """Every row's name, features, published and predicted seconds and signed error (with *classes*, the
-    op classes' shares, `class_shares`)."""
+    op classes' shares, `class_shares`; with *overlap*, `overlap_in_full_s` as `overlap_full_s`)."""
     found = []
     for row in rows or public_runs():
         run = config(row)
@@ -172,6 +194,7 @@ def collect(rows: Sequence[PublicRun] | None = None, classes: bool = False) -> l
                 "ppb_s": iteration.seconds,
                 "error": iteration.seconds / row.seconds - 1,
                 **(class_shares(run, row.name) if classes else {}),
+                **({"overlap_full_s": overlap_in_full_s(row, run, iteration.seconds)} if overlap else {}),
             }
         )
     return found
@@ -454,6 +477,8 @@ TERMS: tuple[tuple[str, str, Callable[[dict[str, Any]], float]], ...] = (
         )
         for name in CLASSES
     ),
+    # `--overlap`: ppb's hidden collective time charged in full less ppb's charge (`overlap_in_full_s`)
+    ("ppb's overlap in full", "of the full charge missing", lambda row: row[OVERLAP_TERM]),
 )
 
 
@@ -501,6 +526,9 @@ def print_terms(rows: Sequence[dict[str, Any]], within: str) -> None:
         if name.endswith("(class)") and any(f"share_{name.split()[1]}" not in row for row in rows):
             print(f"  {name:28s} not collected (--classes with --dump, or a dump made with it)")
             continue
+        if name == "ppb's overlap in full" and any(OVERLAP_TERM not in row for row in rows):
+            print(f"  {name:28s} not collected (--overlap with --dump, or a dump made with it)")
+            continue
         coefficient, t = term_fit(rows, term, within)
         print(f"  {name:28s} {coefficient:+9.3f} {unit:34s} t {t:+5.1f}")
 
@@ -524,7 +552,11 @@ def main(argv: list[str]) -> int:
         print(f"bench/trends.py: --within {within}: one of {', '.join(WITHIN)}", file=sys.stderr)
         return 2
     dumped = option(argv, "--rows")
-    rows = json.loads(Path(dumped).read_text()) if dumped else collect(classes="--classes" in argv)
+    rows = (
+        json.loads(Path(dumped).read_text())
+        if dumped
+        else collect(classes="--classes" in argv, overlap="--overlap" in argv)
+    )
     if dump := option(argv, "--dump"):
         Path(dump).write_text(json.dumps(rows, indent=1))
     rows = kept(rows, argv)

@@ -112,6 +112,10 @@ MEGATRON_REPLAYS: dict[str, tuple[str, ...]] = {
         *_SHARED,
     ),
     "shared_experts": _SHARED,
+    # `CheckpointWithoutOutput` replays `qkv_up_proj_and_rope_apply` whole, the TE column-parallel up-projections'
+    # all-gathers of their latent shards under SP too (multi_latent_attention.py, c08d89bea0 and d98e8a64): the
+    # gather's `recompute_comm` (flops._projections); the norms, up-projections and rotary it reruns by `attUp`.
+    "mla_up_proj": ("gather_latents",),
 }
 # The activation each Megatron module recomputes, by op: ppb's `ffAct` switch is one for a layer's every
 # activation, Megatron's modules are not. "mlp" checkpoints a dense layer's MLP only (transformer_layer.py
