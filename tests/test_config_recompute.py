@@ -265,7 +265,7 @@ def test_torchtitan_shards_with_fsdp_or_replicates():
         with pytest.raises(InputError) as caught:
             _run(framework="torchtitan", parallel=parallel)
         assert caught.value.field == "parallel.zero" and "\n" not in str(caught.value)
-        assert "0 (replicate over dp 2) beside " in caught.value.problem
+        assert "replicate (zero 0) over dp 2 beside " in caught.value.problem
         assert "torchtitan v0.2.2 replicates by DDP alone" in caught.value.problem
     with pytest.raises(InputError) as caught:
         _run(framework="torchtitan", parallel=replicated, framework_release={"torchtitan": "2026-03-08"})

@@ -2308,7 +2308,7 @@ def _check_titan_replicate(run: RunConfig, where: str) -> None:
         raise InputError(
             where,
             "parallel.zero",
-            f"0 (replicate over dp {par.dp}) beside {others}: torchtitan {release} replicates by DDP alone, which "
+            f"replicate (zero 0) over dp {par.dp} beside {others}: torchtitan {release} replicates by DDP alone, which "
             'refuses any other parallelism ("DDP has not supported > 1D parallelism", models/llama3/infra/'
             "parallelize.py; composable replicate from e1847f439, 2026-03-09): set fsdp, or state that release",
         )
