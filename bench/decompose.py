@@ -86,7 +86,7 @@ from public_runs import (  # noqa: E402
 from ppb_core.config.run import RunConfig  # noqa: E402
 from ppb_core.memory import MemoryModel  # noqa: E402
 from ppb_core.timing.flops import COMM, Op  # noqa: E402
-from ppb_core.timing.iteration import configured_states, framework_rules, run_iteration  # noqa: E402
+from ppb_core.timing.iteration import Iteration, configured_states, framework_rules, run_iteration  # noqa: E402
 from ppb_core.timing.offload import reload_wait_s  # noqa: E402
 from ppb_core.timing.pricer import TimeModel  # noqa: E402
 
@@ -307,7 +307,9 @@ def report_side(rows: list[PublicRun]) -> None:
     lines = [(name, [parts.get(name, 0.0) for _, parts, _, _ in columns]) for name in names]
     lines += [("ppb", [c[2] for c in columns]), ("measured", [c[3] for c in columns])]
     for name, values in lines:
-        growth = "".join(f"{step[name]:11.3f}" for step in steps)
+        # a class absent from both columns of a step (one only some rows have, e.g. FP8's amax
+        # reductions) grew by nothing there
+        growth = "".join(f"{step.get(name, 0.0):11.3f}" for step in steps)
         print(f"  {name[:38]:38s}" + "".join(f"{value:9.3f}" for value in values) + growth)
     gaps = [c[3] - c[2] for c in columns]
     print(f"  {'measured minus ppb':38s}" + "".join(f"{gap:9.3f}" for gap in gaps))
@@ -318,12 +320,14 @@ def report(row: PublicRun) -> None:
     report_run(config(row), row.name, row.seconds)
 
 
-def layer_hosts(run: RunConfig) -> list[tuple[str, int, float, float, float, float]]:
+def layer_hosts(
+    run: RunConfig, iteration: Iteration | None = None
+) -> list[tuple[str, int, float, float, float, float]]:
     """Under Megatron, each distinct layer of the busiest stage: (kind, how many, GPU forward and
     backward ms a micro-batch, the host's launches forward and backward in launches of
     `TimeModel.launch_s`, what the backward reruns included: `HostWaits.launch_forward` /
-    `launch_backward`)."""
-    iteration = run_iteration(run)
+    `launch_backward`). *iteration*: the run's, where the caller priced it already."""
+    iteration = iteration or run_iteration(run)
     times = TimeModel(run)
     launch_s = times.launch_s()
     found: dict[str, list] = {}

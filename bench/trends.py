@@ -51,12 +51,13 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
-from decompose import RECOMPUTE_CLASS, decompose_run  # noqa: E402
+from decompose import RECOMPUTE_CLASS, decompose_run, layer_hosts  # noqa: E402
 from public_runs import GROUPS, PublicRun, config, public_runs, row_iteration  # noqa: E402
 
 from ppb_core.config.recompute import MegatronRecompute, TorchtitanRecompute  # noqa: E402
 from ppb_core.config.run import RunConfig  # noqa: E402
 from ppb_core.timing.iteration import Iteration  # noqa: E402
+from ppb_core.timing.pricer import TimeModel  # noqa: E402
 
 WITHIN = ("device", "group", "cell")  # what a residual is taken against (a cell: one device in one group)
 MIN_ROWS = 5  # a device's (or group's) rows below this many leave the rank correlations out
@@ -147,11 +148,26 @@ def features(row: PublicRun, run: RunConfig, iteration: Iteration) -> dict[str, 
     for name in SHARES:
         found[f"share_{name}"] = iteration.breakdown.get(name, 0.0) / iteration.seconds
     found["share_host_wait"] = iteration.host_wait_seconds / iteration.seconds
+    found["host_per_gpu"] = host_per_gpu(run, iteration)
     found["ppb_mfu"] = iteration.mfu
     # the busiest stage's work for one layer and micro-batch, forward and backward: short ones are where a
     # fixed cost a kernel, a layer or a micro-batch would show
     found["layer_mb_ms"] = 1e3 * iteration.breakdown["compute"] / (m * spec.num_layers / par.pp)
     return found
+
+
+def host_per_gpu(run: RunConfig, iteration: Iteration) -> float:
+    """Under Megatron, the busiest stage's layers' host launch time over their GPU work, forward and backward
+    a micro-batch (bench/decompose.py `layer_hosts`); 0 elsewhere (no launch count). Below 1 ppb charges the
+    host nothing (`host.host_excess_s`), so this shows how near a layer runs to its host where no wait is
+    priced."""
+    if run.framework != "megatron":
+        return 0.0
+    launch_s = TimeModel(run).launch_s()
+    hosts = layer_hosts(run, iteration)
+    gpu_ms = sum(count * (forward + backward) for _, count, forward, backward, _, _ in hosts)
+    host_ms = sum(count * (forward + backward) * launch_s * 1e3 for _, count, _, _, forward, backward in hosts)
+    return host_ms / gpu_ms if gpu_ms > 0 else 0.0
 
 
 def class_shares(run: RunConfig, name: str) -> dict[str, float]:
@@ -338,6 +354,7 @@ FEATURES = (
     "release",
     *(f"share_{name}" for name in SHARES),
     "share_host_wait",
+    "host_per_gpu",
     "ppb_mfu",
     "layer_mb_ms",
 )

@@ -246,3 +246,21 @@ def test_the_full_charge_of_the_177b_row_s_overlap(bench):
     iteration = bench.row_iteration(row)
     added = bench.overlap_in_full_s(row, bench.config(row), iteration.seconds)
     assert 0 < added <= sum(iteration.link_seconds.values())
+
+
+def test_host_per_gpu_is_the_layers_launches_at_the_h100_host_time_over_their_gpu_work(bench, row_177b):
+    # DGX H100's host time a launch, 80.9 us (ppb_core/config/devices.py HOST_KERNEL_US_DGX_H100, the median of
+    # Megatron CI's host-bound dense cases): the busiest stage's layers' launches (forward + backward, each
+    # kind times its count) at 80.9 us, over their GPU milliseconds a micro-batch
+    row = next(r for r in bench.public_runs() if r.name.startswith("Megatron GPT 177B ("))
+    hosts = bench.layer_hosts(bench.config(row))
+    launches = sum(count * (forward + backward) for _, count, _, _, forward, backward in hosts)
+    gpu_ms = sum(count * (forward + backward) for _, count, forward, backward, _, _ in hosts)
+    assert row_177b["host_per_gpu"] == pytest.approx(launches * 80.9e-3 / gpu_ms, rel=1e-9)
+    assert 0 < row_177b["host_per_gpu"] < 1  # a 12288-wide TP 8 layer: GPU-bound
+
+
+def test_host_per_gpu_is_zero_outside_megatron(bench):
+    # torchtitan's rows carry no launch count (ppb prices no host for them)
+    row = next(r for r in bench.public_runs() if r.name.startswith("torchtitan Llama 3.1 8B FSDP (8 H100)"))
+    assert bench.collect([row])[0]["host_per_gpu"] == 0.0

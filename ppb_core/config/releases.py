@@ -124,6 +124,25 @@ CHANGES: dict[str, Change] = {
         "`_Linear` cast its input alone (v1.6 to v1.13: `fp8_cast_transpose_fused` only `and not sequence_parallel`, "
         "else `cast_to_fp8`) and its backward transposed the saved FP8 input (`tex.fp8_transpose`)",
     ),
+    "te_cp2_p2p_unbatched": Change(
+        TRANSFORMER_ENGINE,
+        "ba5dc5dde",
+        "2025-04-08",
+        (2, 3),
+        "TE's ring attention (`AttnFuncWithCPAndKVP2P`, forward and backward) exchanges a step's chunks as one "
+        '`batch_isend_irecv` only under NVTE_BATCH_MHA_P2P_COMM ("Disable automatic use of batch_p2p_comm for '
+        'CP2"); before, at every cp 2 too, whatever the GPU (`batch_p2p_comm = ... or (cp_size == 2)`: '
+        "release_v1.14 and v2.2 attention.py)",
+    ),
+    "te_cp2_p2p_batched_before_sm100": Change(
+        TRANSFORMER_ENGINE,
+        "0828aa860",
+        "2025-04-29",
+        (2, 4),
+        "TE's ring attention batches a cp 2 step's exchange again, below compute capability 10.0 only "
+        "(context_parallel.py: `batch_p2p_comm = ... or (device_compute_capability < (10, 0) and cp_size == 2)`, "
+        "#1722); between it and `te_cp2_p2p_unbatched` no cp 2 ring batched",
+    ),
     "te_grouped_saves_weights": Change(
         TRANSFORMER_ENGINE,
         "b59d1d8b3",
@@ -241,6 +260,16 @@ CHANGES: dict[str, Change] = {
         "Muon's layer-wise distributed optimizer lays its parameters out precomputed, the non-Muon ones through a "
         "DistributedOptimizer of their own (optimizer/__init__.py, training.py; `--no-use-layer-wise-param-layout` "
         "keeps the old path); before, every parameter in one layer-wise buffer (the old path)",
+    ),
+    "checkpoint_without_output_shares_storage": Change(
+        MEGATRON_CORE,
+        "f54403492e",
+        "2026-03-11",
+        (0, 17),
+        "`CheckpointWithoutOutput`'s recompute points each discarded output at the recomputed storage "
+        '(tensor_parallel/random.py `_recompute`, `_get_share_storage`: "zero-copy storage sharing"); before, '
+        "from 3b141a2471, it resized each output's storage back and copied the recomputed one into it "
+        "(`untyped_storage().copy_`): a device copy an output of the layernorm, mla_up_proj and moe_act modules",
     ),
     "layout_holds_mtp": Change(
         MEGATRON_CORE,

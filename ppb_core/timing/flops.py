@@ -515,7 +515,10 @@ class OpGeometry(Geometry):
             cp_rotate=run.timing.cp_rotate_method,
             # the ring's ranks: under hierarchical CP its second level's (`Parallel.cp_a2a`)
             cp_p2p_batched=cp_p2p_batched(
-                run.parallel.cp // run.parallel.cp_a2a, run.device.profile().compute_capability
+                run.parallel.cp // run.parallel.cp_a2a,
+                run.device.profile().compute_capability,
+                unbatched_cp2=run.framework_release.holds("te_cp2_p2p_unbatched"),
+                batched_before_sm100=run.framework_release.holds("te_cp2_p2p_batched_before_sm100"),
             ),
             ub_methods=tuple(sorted(run.timing.tp_comm_overlap_methods.items())),
             # HybridEP never dispatches FP8 under Megatron (fused_a2a.py `init_hybrid_ep_buffer` asserts
@@ -547,13 +550,19 @@ class OpGeometry(Geometry):
         return super().attention_pairs(window)
 
 
-def cp_p2p_batched(cp: int, compute_capability: float) -> bool:
+def cp_p2p_batched(
+    cp: int, compute_capability: float, unbatched_cp2: bool = True, batched_before_sm100: bool = True
+) -> bool:
     """Whether TransformerEngine's ring exchanges its chunks as one `batch_isend_irecv` a step (one NCCL
     launch) rather than a separate `isend` and `irecv` (two): `AttnFuncWithCPAndKVP2P` forward and
     backward, d0067d0d, `batch_p2p_comm = NVTE_BATCH_MHA_P2P_COMM or (device_compute_capability < (10, 0)
-    and cp_size == 2)`, as since v2.4 (0828aa860; v2.3, ba5dc5dde, batched only under the variable,
-    and before it at every cp 2). The variable, off by default, is not read."""
-    return cp == 2 and compute_capability < 10.0
+    and cp_size == 2)`, as since v2.4 (0828aa860, `batched_before_sm100`); v2.3 (ba5dc5dde,
+    `unbatched_cp2`) batched only under the variable, and before it TE batched every cp 2 whatever the
+    GPU (release_v1.14 and v2.2 attention.py: `... or (cp_size == 2)`), as the NeMo 25.02 and 25.04
+    containers' TE ran on Blackwell (`releases.CHANGES`). The variable, off by default, is not read."""
+    if not unbatched_cp2:
+        return cp == 2
+    return batched_before_sm100 and cp == 2 and compute_capability < 10.0
 
 
 def _matmul(
@@ -1602,7 +1611,7 @@ def _stepped_ring(
       each beside one step, as Megatron's; the backward shifts them again (compiled: CSE'd away too).
     - Megatron: each step sends this rank's K, V chunk to the next rank while it computes
       (`flash_attn_p2p_communicate`: one batch_isend_irecv at cp 2 before Blackwell, else an isend and an
-      irecv, `cp_p2p_batched`; waited at the next step): cp−1 exchanges, each
+      irecv; before TE v2.3 at every cp 2, `cp_p2p_batched`; waited at the next step): cp−1 exchanges, each
       beside one step. The backward sends K, V again with the dK, dV (16-bit) of the steps so far:
       K, V at steps 0…cp−2, dK, dV at steps 1…cp−1, cp exchanges beside one step each.
     Neither keeps more than one chunk's K, V for the backward (TE d0067d0d `AttnFuncWithCPAndKVP2P.

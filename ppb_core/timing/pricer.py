@@ -29,10 +29,11 @@ from typing import Any
 from ppb_core.config.run import DTYPE_BYTES, Overlap, RunConfig
 from ppb_core.errors import InputError
 from ppb_core.memory.frameworks.torchtitan import op_policy_supported
-from ppb_core.model.kinds import LayerKind, TailKind
+from ppb_core.model.kinds import BodyKind, LayerKind, TailKind
 from ppb_core.model.switches import OPTIONS, SELECTIVE_OPTIONS, LayerType, normalized, option_state
 from ppb_core.model.walk import BODY, HEAD, TAIL, Layer, walk
 from ppb_core.timing.calibration import Calibration, Measurement, fit_calibration, fit_report, read_calibration
+from ppb_core.timing.checkpoint_copies import storage_copies
 from ppb_core.timing.comm import Links, collective_seconds, hop_seconds, one_shot_seconds
 from ppb_core.timing.flops import (
     ALL_GATHER,
@@ -1164,13 +1165,58 @@ class TimeModel:
         if parts is None:
             ops, prices = self.ops(layer), self.op_prices(layer)
             full = state is LayerType.FULL_REC_LAYER
+            rerun = self._rerun(layer, state, switches)
             parts = LayerParts(
                 sum(prices[op.name].forward_ms for op in ops),
                 sum(prices[op.name].backward_ms for op in ops),
-                sum(self._again_ms(op, layer, full) for op in self._rerun(layer, state, switches)),
+                sum(self._again_ms(op, layer, full) for op in rerun) + self._restored_ms(layer, state, switches, rerun),
             )
             self._parts[key] = parts
         return parts
+
+    def _rerun_launches(self, layer: Layer, state: LayerType, switches: Mapping[str, int] | None) -> float:
+        """Launches the rerun issues beyond its ops' forward counts: a collective re-sent in other calls than
+        the forward's (`Op.recompute_comm`: MLA's latents gathered in two, not three), and the restore copies
+        of `CheckpointWithoutOutput` before f54403492e (`_restored`), each a plain PyTorch op from Python."""
+        if state is not LayerType.SEL_REC_LAYER:
+            return 0.0
+        rerun = self._rerun(layer, state, switches)
+        calls = sum(
+            op.recompute_comm.calls - op.forward_comm.calls
+            for op in rerun
+            if op.category == COMM and op.recompute_comm is not None and op.forward_comm is not None
+        )
+        plain = PLAIN_OP_SHARE if self.device.host_kernel_us else 1.0
+        return calls + plain * self._restored(layer, state, switches, rerun)[1]
+
+    def _restored(
+        self, layer: Layer, state: LayerType, switches: Mapping[str, int] | None, rerun: tuple[Op, ...]
+    ) -> tuple[float, int]:
+        """(bytes read and written, copies) of Megatron's `CheckpointWithoutOutput` copying each recomputed output
+        back into the storage the forward freed, before f54403492e (`checkpoint_copies.storage_copies`): the run's
+        own selective modules only."""
+        run = self.run
+        own = switches is None or self._switches(layer, state, switches) == self._configured[layer.model_name]
+        if (
+            run.framework != "megatron"
+            or state is not LayerType.SEL_REC_LAYER
+            or not own
+            or not isinstance(layer.kind, BodyKind)
+            or run.framework_release.holds("checkpoint_without_output_shares_storage")
+        ):
+            return 0.0, 0
+        ops = {unprefixed(op.name): op for op in self.ops(layer)}
+        return storage_copies(
+            layer.kind, (unprefixed(op.name) for op in rerun), ops, self._geometry, run.recompute.modules
+        )
+
+    def _restored_ms(
+        self, layer: Layer, state: LayerType, switches: Mapping[str, int] | None, rerun: tuple[Op, ...]
+    ) -> float:
+        """The restore copies' GPU time (`_restored`): each copy its bytes at the achieved HBM rate and a kernel's
+        fixed time."""
+        traffic, copies = self._restored(layer, state, switches, rerun)
+        return (self.kernels.memory_s(traffic) + copies * self.kernels.elementwise_kernel_s) * 1e3
 
     def _again_ms(self, op: Op, layer: Layer, full: bool) -> float:
         """An op's price when the backward runs it again; a part of an op (`flops.scaled`) at its own."""
@@ -1308,6 +1354,7 @@ class TimeModel:
                     and "moe_preprocess" in modules
                     and run.timing.moe_dispatcher == "alltoall",
                     backward_s={name: price.backward_ms / 1e3 for name, price in self.op_prices(layer).items()},
+                    rerun_launches=self._rerun_launches(layer, state, switches),
                 )
             self._host[key] = waits
         return waits
