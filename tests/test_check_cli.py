@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from ppb_core.cli.check import render
 from ppb_core.cli.main import main
 
 CONFIGS = Path(__file__).parent.parent / "configs"
@@ -769,8 +770,6 @@ def test_an_optimum_not_proven_says_why_the_solve_ended(capsys: pytest.CaptureFi
     """A solve its deterministic work limits ended has the status "time_limit" (no proof), which `ppb check`
     printed bare, "the balancer's plan (time_limit)", to a user who set no time limit (Llama 3 70B at PP 4 VPP 5,
     session 33); it says now what `ppb balance` says, with the gap: 0.0335 is 3.35%."""
-    from ppb_core.cli.check import render
-
     code, out = _check(capsys, CONFIGS / "llama3-8b.yaml", "--pipeline-model-parallel-layout 'Et*8|t*8|t*8|t*8L'")
     assert code == 0 and out["optimum"]["status"] == "optimal"
     render(out)

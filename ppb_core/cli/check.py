@@ -211,7 +211,11 @@ def render(out: dict[str, Any]) -> None:
             "yes" if row["fits"] else "[bold red]NO[/bold red]",
         )
     if out.get("plan_recompute"):
-        words = ", ".join(f"{key} {value}" for key, value in out["plan_recompute"].items())
+        # in the run config's words (`modules [core_attn, mlp]`), not Python's list (`modules ['core_attn']`)
+        words = ", ".join(
+            f"{key} [{', '.join(map(str, value))}]" if isinstance(value, list | tuple) else f"{key} {value}"
+            for key, value in out["plan_recompute"].items()
+        )
         console.print(f"recompute priced as the plan says ({escape(words)}), in place of the run config's")
     for note in out.get("notes", []):
         console.print(f"note: {escape(note)}")

@@ -380,6 +380,16 @@ CHANGES: dict[str, Change] = {
         "torchtitan reads no job TOML: a job is a config_registry function (--module, --config) with CLI "
         "overrides (#2386, config/manager.py `ConfigManager`, tomllib gone); before, `--job.config_file` TOML",
     ),
+    "torchtitan_replicate_composes": Change(
+        TORCHTITAN,
+        "e1847f439",
+        "2026-03-09",
+        (0, 3),
+        "data-parallel replication composes with TP, PP and CP (#2458: `apply_replicate`, per-module "
+        "torch.distributed._composable.replicate, in place of `apply_ddp`); before, replicating without FSDP "
+        "ran DDP, which refused any other parallelism (models/llama3/infra/parallelize.py `parallelize_llama`: "
+        '"DDP has not supported > 1D parallelism")',
+    ),
     "torchtitan_op_sac_only": Change(
         TORCHTITAN,
         "114151ad4",

@@ -2293,6 +2293,27 @@ def _check_titan_etp(run: RunConfig, where: str) -> None:
         )
 
 
+def _check_titan_replicate(run: RunConfig, where: str) -> None:
+    """torchtitan before e1847f439 (2026-03-09; releases `torchtitan_replicate_composes`), v0.2.2 among them,
+    replicates without FSDP by DDP, and raises "DDP has not supported > 1D parallelism" unless the replicate
+    mesh is the whole world (v0.2.2 models/llama3/infra/parallelize.py `parallelize_llama`: FSDP2 where dp_shard
+    or cp > 1, else DDP where dp_replicate > 1). Replicating over dp > 1 beside TP or PP is a run it refuses; the
+    search ranked one first (torchtitan Llama 3.1 8B on 8 H100: tp 2, pp 2, dp 2 replicated, session 33)."""
+    par = run.parallel
+    if run.framework != "torchtitan" or run.shard_level != 0 or par.dp <= 1 or par.cp > 1:
+        return  # cp > 1 shards (refused above as replicate)
+    if (par.tp > 1 or par.pp > 1) and not run.framework_release.holds("torchtitan_replicate_composes"):
+        release = run.framework_release.torchtitan or "v0.2.2"
+        others = ", ".join(f"{name} {size}" for name, size in (("tp", par.tp), ("pp", par.pp)) if size > 1)
+        raise InputError(
+            where,
+            "parallel.zero",
+            f"replicate (zero 0) over dp {par.dp} beside {others}: torchtitan {release} replicates by DDP alone, which "
+            'refuses any other parallelism ("DDP has not supported > 1D parallelism", models/llama3/infra/'
+            "parallelize.py; composable replicate from e1847f439, 2026-03-09): set fsdp, or state that release",
+        )
+
+
 def _check_run(run: RunConfig, where: str) -> None:
     par, train = run.parallel, run.training
     release = run.framework_release
@@ -2314,6 +2335,7 @@ def _check_run(run: RunConfig, where: str) -> None:
         )
     _check_layer_sac(run, where)
     _check_titan_etp(run, where)
+    _check_titan_replicate(run, where)
     check_timing_words(run.framework, run.timing, where, flash_attention=train.flash_attention)
     check_mesh(run.device, par.devices_per_node, where)
     _check_tp_comm_overlap(run, where)
