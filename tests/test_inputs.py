@@ -80,6 +80,12 @@ class Sparse(int):
 
 CSV_HEADER = "model_name,node,kind,option,forward_ms,backward_ms\n"
 DEEPSEEK_RUN = hf_run(tp=8, dp=8, ep=8)
+# A small Megatron-LM MoE launch: 32 experts, top-4
+MOE_FLAGS = (
+    "--num-layers 4 --hidden-size 1024 --num-attention-heads 16 --ffn-hidden-size 4096 --seq-length 2048"
+    " --max-position-embeddings 2048 --micro-batch-size 1 --global-batch-size 8 --num-experts 32 --moe-router-topk 4"
+    " --moe-ffn-hidden-size 512 --swiglu --bf16 --vocab-size 32000 --tokenizer-type NullTokenizer"
+)
 
 # (id, files, argv, words the one line holds)
 CASES: list[tuple[str, dict[str, str | bytes | Sparse], list[str], list[str]]] = [
@@ -422,6 +428,50 @@ CASES: list[tuple[str, dict[str, str | bytes | Sparse], list[str], list[str]]] =
         {"train.sh": "torchrun pretrain_gpt.py --num-layers 32 --hidden-size 4096\n"},
         ["balance", "train.sh", "-o", "plan.json"],
         ["train.sh: a launch script, not a run config (.yaml) nor a layers.json", "ppb import megatron train.sh"],
+    ),
+    # Group-limited routing no framework runs: transformers' DeepseekV3TopkRouter views the scores as
+    # (n_group, n_routed_experts // n_group) and takes topk_group of the groups; Megatron-Core's TransformerConfig
+    # asserts the same of --moe-router-num-groups and --moe-router-group-topk. 256 experts in 7 groups, 9 of 8
+    # groups, and 4 of no groups were priced as if the routing ran.
+    (
+        "deepseek-n-group-does-not-divide",
+        {"r.yaml": DEEPSEEK_RUN, "hf/x.json": hf("deepseek-v3.json", n_group=7)},
+        ["estimate", "r.yaml"],
+        ["hf/x.json: n_group:", "7 does not divide n_routed_experts 256"],
+    ),
+    (
+        "deepseek-topk-group-over-n-group",
+        {"r.yaml": DEEPSEEK_RUN, "hf/x.json": hf("deepseek-v3.json", topk_group=9)},
+        ["estimate", "r.yaml"],
+        ["hf/x.json: topk_group:", "9 is more than n_group 8"],
+    ),
+    (
+        "deepseek-topk-group-without-n-group",
+        {"r.yaml": DEEPSEEK_RUN, "hf/x.json": hf("deepseek-v3.json", n_group=None)},
+        ["estimate", "r.yaml"],
+        ["hf/x.json: topk_group:", "needs n_group"],
+    ),
+    (
+        "megatron-group-topk-without-groups",
+        {},
+        ["import", "megatron", MOE_FLAGS + " --moe-router-group-topk 2", "--gpus", "8", "--device", "h100-80gb"],
+        ["LAUNCH: --moe-router-group-topk:", "needs --moe-router-num-groups"],
+    ),
+    (
+        "megatron-groups-do-not-divide",
+        {},
+        [
+            "import",
+            "megatron",
+            MOE_FLAGS + " --moe-router-num-groups 7 --moe-router-group-topk 2",
+            "--gpus",
+            "8",
+            "--device",
+            "h100-80gb",
+            "-o",
+            "run.yaml",
+        ],
+        ["LAUNCH: --moe-router-num-groups:", "7 does not divide num_experts 32"],
     ),
     (
         "job-toml-as-search-spec",
