@@ -229,9 +229,12 @@ def test_mla_up_proj_recompute_gathers_the_latents_again():
     assert (gather.recompute_comm.payload_bytes, gather.recompute_comm.calls) == (786_432, 2)
     assert (gather.forward_comm.payload_bytes, gather.forward_comm.calls) == (851_968, 3)
     assert {"gather_latents", "q_up", "kv_up", "rope"} <= rerun_of(run)
-    # the rerun is priced at that collective, the lighter one (fewer bytes, one call fewer)
-    price = TimeModel(run).op_prices(next(layer for layer in walk(run) if layer.node == "BODY"))["gather_latents"]
+    # the rerun is priced at that collective, the lighter one (fewer bytes, one call fewer: one launch fewer than
+    # the forward's three the host would otherwise count again)
+    layer = next(layer for layer in walk(run) if layer.node == "BODY")
+    price = TimeModel(run).op_prices(layer)["gather_latents"]
     assert 0 < price.recompute_ms < price.forward_ms
+    assert TimeModel(run)._rerun_launches(layer, LayerType.SEL_REC_LAYER, None) == -1
     # without the module (Megatron's default selective set, core_attn) the latents are not gathered again
     assert "gather_latents" not in rerun_of(run_of(["core_attn"]))
 

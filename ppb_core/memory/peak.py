@@ -38,6 +38,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from ppb_core.config.run import RunConfig
+from ppb_core.dominance import undominated
 from ppb_core.errors import InputError
 from ppb_core.memory.combined import ChunkNodes, chunk_nodes, node_bytes, step_extra_bytes
 from ppb_core.memory.frameworks import te_offload
@@ -511,11 +512,17 @@ def _first_backward_walk(
             if op.chunk not in made:
                 made.add(op.chunk)
                 found[(tuple(held), frozenset(made))] = None
-        unmade = [
-            -sum(made_later.get((stage, chunk), 0.0) for chunk in range(chunks) if chunk not in done)
-            for _, done in found
-        ]
-        vectors.append([vector for vector, _ in found])
+        by_made: dict[frozenset[int], list[tuple[int, ...]]] = {}
+        for vector, done in found:
+            by_made.setdefault(done, []).append(vector)
+        kept_vectors: list[tuple[int, ...]] = []
+        unmade: list[float] = []
+        for done, held_vectors in by_made.items():  # made sets grow: at most chunks + 1 of them
+            missing = -sum(made_later.get((stage, chunk), 0.0) for chunk in range(chunks) if chunk not in done)
+            for i in undominated([[-n for n in vector] for vector in held_vectors]):  # with the same made, the
+                kept_vectors.append(held_vectors[i])  # Pareto-maximal vectors are the ones that can peak
+                unmade.append(missing)
+        vectors.append(kept_vectors)
         extras.append(unmade)
     return vectors, extras
 

@@ -1180,12 +1180,27 @@ class TimeModel:
             self._parts[key] = parts
         return parts
 
-    def _restored_ms(
+    def _rerun_launches(self, layer: Layer, state: LayerType, switches: Mapping[str, int] | None) -> float:
+        """Launches the rerun issues beyond its ops' forward counts: a collective re-sent in other calls than
+        the forward's (`Op.recompute_comm`: MLA's latents gathered in two, not three), and the restore copies
+        of `CheckpointWithoutOutput` before f54403492e (`_restored`), each a plain PyTorch op from Python."""
+        if state is not LayerType.SEL_REC_LAYER:
+            return 0.0
+        rerun = self._rerun(layer, state, switches)
+        calls = sum(
+            op.recompute_comm.calls - op.forward_comm.calls
+            for op in rerun
+            if op.category == COMM and op.recompute_comm is not None and op.forward_comm is not None
+        )
+        plain = PLAIN_OP_SHARE if self.device.host_kernel_us else 1.0
+        return calls + plain * self._restored(layer, state, switches, rerun)[1]
+
+    def _restored(
         self, layer: Layer, state: LayerType, switches: Mapping[str, int] | None, rerun: tuple[Op, ...]
-    ) -> float:
-        """Megatron's `CheckpointWithoutOutput` copying each recomputed output back into the storage the forward
-        freed, before f54403492e (`checkpoint_copies.storage_copies`): the run's own selective modules only, each
-        copy its bytes at the achieved HBM rate and a kernel's fixed time."""
+    ) -> tuple[float, int]:
+        """(bytes read and written, copies) of Megatron's `CheckpointWithoutOutput` copying each recomputed output
+        back into the storage the forward freed, before f54403492e (`checkpoint_copies.storage_copies`): the run's
+        own selective modules only."""
         run = self.run
         own = switches is None or self._switches(layer, state, switches) == self._configured[layer.model_name]
         if (
@@ -1195,11 +1210,18 @@ class TimeModel:
             or not isinstance(layer.kind, BodyKind)
             or run.framework_release.holds("checkpoint_without_output_shares_storage")
         ):
-            return 0.0
+            return 0.0, 0
         ops = {unprefixed(op.name): op for op in self.ops(layer)}
-        traffic, copies = storage_copies(
+        return storage_copies(
             layer.kind, (unprefixed(op.name) for op in rerun), ops, self._geometry, run.recompute.modules
         )
+
+    def _restored_ms(
+        self, layer: Layer, state: LayerType, switches: Mapping[str, int] | None, rerun: tuple[Op, ...]
+    ) -> float:
+        """The restore copies' GPU time (`_restored`): each copy its bytes at the achieved HBM rate and a kernel's
+        fixed time."""
+        traffic, copies = self._restored(layer, state, switches, rerun)
         return (self.kernels.memory_s(traffic) + copies * self.kernels.elementwise_kernel_s) * 1e3
 
     def _again_ms(self, op: Op, layer: Layer, full: bool) -> float:
@@ -1338,6 +1360,7 @@ class TimeModel:
                     and "moe_preprocess" in modules
                     and run.timing.moe_dispatcher == "alltoall",
                     backward_s={name: price.backward_ms / 1e3 for name, price in self.op_prices(layer).items()},
+                    rerun_launches=self._rerun_launches(layer, state, switches),
                 )
             self._host[key] = waits
         return waits
