@@ -238,8 +238,8 @@ def kernel_seconds(run: RunConfig) -> tuple[float, float]:
             continue
         ops = {op.name: op for op in times.ops(layer)}
         for timed in times.breakdown(layer, *state):
-            op = ops[timed.name]
-            if op.category == COMM:
+            op = ops.get(timed.name)  # None: a row of no op (the restore copies), memory-bound
+            if op is None or op.category == COMM:
                 continue
             if op.gemm is not None:
                 gemms += timed.ms / 1e3 * m

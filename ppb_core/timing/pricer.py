@@ -39,6 +39,7 @@ from ppb_core.timing.flops import (
     ALL_GATHER,
     COMM,
     MATMUL,
+    MEMORY,
     REDUCE_SCATTER,
     Collective,
     Op,
@@ -192,6 +193,9 @@ class OpTime:
     comm_bytes: float
     ms: float
 
+
+# the breakdown's row for `CheckpointWithoutOutput`'s restore copies (`TimeModel._restored`), no op of the table
+RESTORE_COPIES = "checkpoint_restore_copies"
 
 # TransformerEngine's compute streams for a grouped GEMM's per-expert GEMMs (`TimeModel._grouped_rounds`).
 TE_COMPUTE_STREAMS = 4
@@ -1414,7 +1418,8 @@ class TimeModel:
         recompute; uncalibrated."""
         self._check(layer, state)
         ops, prices = self.ops(layer), self.op_prices(layer)
-        rerun = {op.name: op for op in self._rerun(layer, state, switches)}
+        reran = self._rerun(layer, state, switches)
+        rerun = {op.name: op for op in reran}
         full = state is LayerType.FULL_REC_LAYER
         rows = []
         for op in ops:
@@ -1463,6 +1468,10 @@ class TimeModel:
                         self._again_ms(again, layer, full),
                     )
                 )
+        restored_ms = self._restored_ms(layer, state, switches, reran)
+        if restored_ms > 0:  # the rerun's restore copies, part of `layer_times`' backward (`_restored`)
+            traffic, _ = self._restored(layer, state, switches, reran)
+            rows.append(OpTime(RESTORE_COPIES, "recompute", MEMORY, None, "recompute", 0.0, traffic, 0.0, restored_ms))
         return rows
 
     # Calibration -----------------------------------------------------------------------------------
