@@ -73,8 +73,12 @@ SEARCH_SECONDS = 7 * 86400.0  # a search's time budget and each strategy's balan
 # --- files ----------------------------------------------------------------------------------
 FILE_BYTES = 16 * 2**20  # a JSON or CSV file: 16 MiB (a census, the largest, is under 1 MiB)
 YAML_BYTES = 2**20  # a run config: 1 MiB (a real one is under 4 KB)
-DEPTH = 64  # nesting of mappings and lists in a YAML or JSON file (a real one nests 5 deep)
+DEPTH = 64  # nesting of a YAML or JSON file's mappings and lists (a real one: 5), of a Python config's syntax
 YAML_VALUES = 100_000  # values of a run config with every alias expanded (a real one has about 100)
+# A torchtitan config function's .py file (torchtitan's largest config_registry.py at b5bcd76c6: 43 KB, 23
+# statements a function), and the statements its functions run, each call's again: parsed and read, never run.
+PYTHON_BYTES = 2**20
+PYTHON_STATEMENTS = 1000
 CSV_FIELD_BYTES = 2**17  # one field of a calibration CSV (Python's csv module stops there)
 
 

@@ -80,6 +80,34 @@ class Sparse(int):
 
 CSV_HEADER = "model_name,node,kind,option,forward_ms,backward_ms\n"
 DEEPSEEK_RUN = hf_run(tp=8, dp=8, ep=8)
+# A torchtitan config function (from 9810191bb): llama3's debugmodel on 4 FSDP ranks, read without running it
+CONFIG_PY = """from torchtitan.config import ParallelismConfig, TrainingConfig
+from torchtitan.models.llama3 import model_registry
+from torchtitan.trainer import Trainer
+
+
+def job() -> Trainer.Config:
+LINES    config = Trainer.Config(
+        model_spec=model_registry("debugmodel"),
+        training=TrainingConfig(local_batch_size=8, seq_len=SEQ),
+        parallelism=ParallelismConfig(data_parallel_shard_degree=4),
+    )
+    return config
+"""
+IMPORT_PY = ["import", "torchtitan", "job.py", "--gpus", "4", "--device", "h100-80gb", "-o", "run.yaml"]
+
+
+def config_py(seq: str = "1024", lines: list[str] = ()) -> str:
+    """CONFIG_PY with seq_len *seq* and *lines* first in its function."""
+    return CONFIG_PY.replace("SEQ", seq).replace("LINES", "".join(f"    {line}\n" for line in lines))
+
+
+# A small Megatron-LM MoE launch: 32 experts, top-4
+MOE_FLAGS = (
+    "--num-layers 4 --hidden-size 1024 --num-attention-heads 16 --ffn-hidden-size 4096 --seq-length 2048"
+    " --max-position-embeddings 2048 --micro-batch-size 1 --global-batch-size 8 --num-experts 32 --moe-router-topk 4"
+    " --moe-ffn-hidden-size 512 --swiglu --bf16 --vocab-size 32000 --tokenizer-type NullTokenizer"
+)
 
 # (id, files, argv, words the one line holds)
 CASES: list[tuple[str, dict[str, str | bytes | Sparse], list[str], list[str]]] = [
@@ -422,6 +450,100 @@ CASES: list[tuple[str, dict[str, str | bytes | Sparse], list[str], list[str]]] =
         {"train.sh": "torchrun pretrain_gpt.py --num-layers 32 --hidden-size 4096\n"},
         ["balance", "train.sh", "-o", "plan.json"],
         ["train.sh: a launch script, not a run config (.yaml) nor a layers.json", "ppb import megatron train.sh"],
+    ),
+    # Group-limited routing no framework runs: transformers' DeepseekV3TopkRouter views the scores as
+    # (n_group, n_routed_experts // n_group) and takes topk_group of the groups; Megatron-Core's TransformerConfig
+    # asserts the same of --moe-router-num-groups and --moe-router-group-topk. 256 experts in 7 groups, 9 of 8
+    # groups, and 4 of no groups were priced as if the routing ran.
+    (
+        "deepseek-n-group-does-not-divide",
+        {"r.yaml": DEEPSEEK_RUN, "hf/x.json": hf("deepseek-v3.json", n_group=7)},
+        ["estimate", "r.yaml"],
+        ["hf/x.json: n_group:", "7 does not divide n_routed_experts 256"],
+    ),
+    (
+        "deepseek-topk-group-over-n-group",
+        {"r.yaml": DEEPSEEK_RUN, "hf/x.json": hf("deepseek-v3.json", topk_group=9)},
+        ["estimate", "r.yaml"],
+        ["hf/x.json: topk_group:", "9 is more than n_group 8"],
+    ),
+    (
+        "deepseek-topk-group-without-n-group",
+        {"r.yaml": DEEPSEEK_RUN, "hf/x.json": hf("deepseek-v3.json", n_group=None)},
+        ["estimate", "r.yaml"],
+        ["hf/x.json: topk_group:", "needs n_group"],
+    ),
+    (
+        "megatron-group-topk-without-groups",
+        {},
+        ["import", "megatron", MOE_FLAGS + " --moe-router-group-topk 2", "--gpus", "8", "--device", "h100-80gb"],
+        ["LAUNCH: --moe-router-group-topk:", "needs --moe-router-num-groups"],
+    ),
+    (
+        "megatron-groups-do-not-divide",
+        {},
+        [
+            "import",
+            "megatron",
+            MOE_FLAGS + " --moe-router-num-groups 7 --moe-router-group-topk 2",
+            "--gpus",
+            "8",
+            "--device",
+            "h100-80gb",
+            "-o",
+            "run.yaml",
+        ],
+        ["LAUNCH: --moe-router-num-groups:", "7 does not divide num_experts 32"],
+    ),
+    # A torchtitan config function's expressions, read without running it. 300 `+` in a row parsed, then overflowed
+    # Python's recursion copying the expression (a RecursionError traceback); 3,000 overflowed it in the parser.
+    (
+        "python-config-300-additions",
+        {"job.py": config_py("+".join(["1"] * 300))},
+        IMPORT_PY,
+        ["job.py: line 9:", "nested more than ppb's limit of 64 deep"],
+    ),
+    (
+        "python-config-3000-additions",
+        {"job.py": config_py() + "X = " + "+".join(["1"] * 3000) + "\n"},
+        IMPORT_PY,
+        ["job.py:", "nested more than ppb's limit of 64 deep"],
+    ),
+    # `a1 = a0 + a0`, `a2 = a1 + a1`, ...: each name was read twice a line, 2^40 readings (it never ended); read
+    # once each, seq_len is 2^40 and refused by the run config's limit.
+    (
+        "python-config-doubled-names",
+        {"job.py": config_py("a40", ["a0 = 1", *(f"a{i} = a{i - 1} + a{i - 1}" for i in range(1, 41))])},
+        IMPORT_PY,
+        ["job.py: training.seq_len:", "1,099,511,627,776 is over ppb's limit"],
+    ),
+    # `a1 = a0 * a0`, ...: the digits doubled a line, 2^40 of them.
+    (
+        "python-config-squared-names",
+        {"job.py": config_py("a40", ["a0 = 3", *(f"a{i} = a{i - 1} * a{i - 1}" for i in range(1, 41))])},
+        IMPORT_PY,
+        ["job.py job(): training.seq_len:", "is over 2**63"],
+    ),
+    # Names each computed from the one before: the reading recursed as deep (a thousand: a RecursionError).
+    (
+        "python-config-names-100-deep",
+        {"job.py": config_py("a100", ["a0 = 1", *(f"a{i} = a{i - 1} + 1" for i in range(1, 101))])},
+        IMPORT_PY,
+        ["job.py job(): training.seq_len:", "computed from names more than ppb's limit of 64 deep"],
+    ),
+    # Every lazy value copied its function's names so far: 100,000 lines ran for minutes; a function reads at most
+    # 1,000 statements, its calls' included, and the file is at most 1 MiB.
+    (
+        "python-config-statements",
+        {"job.py": config_py(lines=[f"a{i} = {i}" for i in range(1000)])},
+        IMPORT_PY,
+        ["job.py job(): line", "1,001 is over ppb's limit of 1,000 statements read"],
+    ),
+    (
+        "python-config-bytes",
+        {"job.py": config_py() + "#" + "x" * 2**20 + "\n"},
+        IMPORT_PY,
+        ["job.py:", "is over ppb's limit of 1,048,576 bytes of a Python config"],
     ),
     (
         "job-toml-as-search-spec",

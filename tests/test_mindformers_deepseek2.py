@@ -122,6 +122,11 @@ def test_the_unfused_softmax_in_softmax_compute_type_under_o1():
     # SoftmaxBackward (3 · 2) and the scale (2 + 2)
     same = moe_ops(softmax_compute_type="bf16")["softmax"]
     assert (same.bytes, same.backward_bytes) == (8 * pairs, 10 * pairs)
+    # kernels: with the Casts the fused Mul/Add/Cast, Softmax and the Cast back (backward: the Cast up,
+    # SoftmaxBackward, the Cast down with the Mul), 3 each way; without them the fused Mul/Add and Softmax
+    # (SoftmaxBackward and the Mul), 2
+    assert softmax.launches == (3.0, 3.0)
+    assert same.launches == (2.0, 2.0)
     # unset, or without O1: one fused kernel, read the scores and write the probabilities (2 + 2); backward 3 · 2
     for ops in (moe_ops(), moe_ops(jit_level=None, softmax_compute_type="fp32")):
         assert (ops["softmax"].bytes, ops["softmax"].backward_bytes) == (4 * pairs, 6 * pairs)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from small_models import MLA_H1024
 
 from ppb_core.config.run import FrameworkRelease, parse_run_config
 from ppb_core.model.switches import LayerType
@@ -12,21 +13,7 @@ from ppb_core.timing.pricer import TimeModel
 
 # A small MLA + MoE layer: h 1024, 8 heads of query/key 64 + 32 = 96 and value 64; 8 experts, top 2, FFN 256
 # (SwiGLU: fc1 writes 512 a row, the activation 256).
-MLA_MOE = {
-    "vocab_size": 1000,
-    "hidden_size": 1024,
-    "num_layers": 1,
-    "num_attention_heads": 8,
-    "intermediate_size": 2048,
-    "q_lora_rank": 256,
-    "kv_lora_rank": 128,
-    "qk_nope_head_dim": 64,
-    "qk_rope_head_dim": 32,
-    "v_head_dim": 64,
-    "num_experts": 8,
-    "experts_per_token": 2,
-    "moe_intermediate_size": 256,
-}
+MLA_MOE = {**MLA_H1024, "num_experts": 8, "experts_per_token": 2, "moe_intermediate_size": 256}
 MODULES = ["layernorm", "mla_up_proj", "moe_act"]
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import itertools
 
 import pytest
-from small_models import GPT_OSS_ATTENTION_LAYER, gpt_spec
+from small_models import GPT_OSS_ATTENTION_LAYER, MLA_H1024, gpt_spec
 
 from ppb_core.config.run import parse_run_config
 from ppb_core.model.kinds import body_kind, head_kind, tail_kind
@@ -145,21 +145,6 @@ def test_per_device_flops_of_moe_experts_follow_topk_routing(dropless, factor):
     # and in a second all-to-all their probabilities, one bf16 each (token_dispatcher.py `token_dispatch`)
     assert ops["dispatch"].forward_comm.payload_bytes == pytest.approx(rows * (4096 + 1) * 2, rel=1e-12)
     assert ops["dispatch"].forward_comm.calls == ops["dispatch"].backward_comm.calls == 2
-
-
-# A small DeepSeek-style MLA layer: h=1024, a=8, q latent 256, kv latent 128, nope 64, rope 32, v 64.
-MLA_H1024 = {
-    "vocab_size": 1000,
-    "hidden_size": 1024,
-    "num_layers": 1,
-    "num_attention_heads": 8,
-    "intermediate_size": 2048,
-    "q_lora_rank": 256,
-    "kv_lora_rank": 128,
-    "qk_nope_head_dim": 64,
-    "qk_rope_head_dim": 32,
-    "v_head_dim": 64,
-}
 
 
 def test_per_device_flops_of_an_mla_layer():

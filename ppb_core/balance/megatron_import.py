@@ -422,10 +422,12 @@ def _moe_spec(args: _Args, spec: dict[str, Any], layers: int, ffn: int) -> None:
     if shared:  # Megatron's shared experts are one MLP of this width (moe/shared_experts.py)
         spec["shared_experts"] = 1
         spec["shared_expert_intermediate_size"] = shared
-    groups = args.integer("--moe-router-num-groups")
+    groups, limit = args.integer("--moe-router-num-groups"), args.integer("--moe-router-group-topk", 0)
+    if limit and not groups:  # transformer_config.py TransformerConfig.__post_init__ (d98e8a64) raises it
+        raise InputError(args.where, "--moe-router-group-topk", "needs --moe-router-num-groups, as Megatron-Core says")
     if groups:
         spec["expert_groups"] = groups
-        spec["expert_group_limit"] = args.integer("--moe-router-group-topk", 0)
+        spec["expert_group_limit"] = limit
     text = args.text("--moe-layer-freq", "1")
     try:
         pattern = moe_pattern(str(text), layers)
@@ -1377,6 +1379,9 @@ def run_config_of(imported: Imported, where: str) -> RunConfig:
         flag = FIELD_FLAGS.get(named) or (FIELD_FLAGS[max(prefixes, key=len)] if prefixes else None)
         if named == "parallel":  # RunParallel's checks across fields: the flag its problem starts from
             flag = next((flag for start, flag in PARALLEL_PROBLEMS if err.problem.startswith(start)), None)
+        if named == "models.0.spec":  # ModelSpec's checks across fields: the flag of the field the problem starts with
+            first = re.match(r"\w+", err.problem)
+            flag = FIELD_FLAGS.get(f"{named}.{first[0]}") if first else None
         if flag is None:
             raise
         raise InputError(where, flag, f"{err.problem} (run config field {err.field})") from None

@@ -40,6 +40,7 @@ from dataclasses import dataclass, field
 from pathlib import PurePath
 from typing import Any
 
+from ppb_core import limits
 from ppb_core.balance.megatron_import import Imported
 from ppb_core.balance.torchtitan_flavors import MODELS
 from ppb_core.balance.torchtitan_import import import_document
@@ -192,18 +193,47 @@ class _Lazy:
     scope: dict[str, Any]
 
 
+_INTEGER = 2**63  # the operands of an integer ppb computes: no field's value comes near (ppb_core/limits.py)
+
+
+def _check_depth(tree: ast.AST, where: str) -> None:
+    """The syntax tree at most `limits.DEPTH` deep, walked without recursion: a chain of 300 `+` parsed, then
+    overflowed the recursion of copying and printing the expressions (a RecursionError traceback)."""
+    stack = [(tree, 1)]
+    while stack:
+        node, depth = stack.pop()
+        if depth > limits.DEPTH:
+            line = getattr(node, "lineno", None)
+            raise InputError(
+                where, f"line {line}" if line else None, f"nested more than ppb's limit of {limits.DEPTH} deep"
+            )
+        stack.extend((child, depth + 1) for child in ast.iter_child_nodes(node))
+
+
 class Reader:
     """One config file's functions, read at a release."""
 
     def __init__(self, text: str, where: str, release: Release) -> None:
         self.where, self.release = where, release
+        if len(text) > limits.PYTHON_BYTES:  # characters: at most its bytes
+            size = len(text.encode())
+            if size > limits.PYTHON_BYTES:
+                raise InputError(where, None, limits.over(size, limits.PYTHON_BYTES, "bytes of a Python config"))
         try:
             self.tree = ast.parse(text, filename=where)
         except SyntaxError as err:
             raise InputError(where, None, f"not Python: {err.msg} (line {err.lineno})") from None
+        except RecursionError:  # `1+1+...` thousands long: CPython's parser builds its tree by recursion
+            raise InputError(where, None, f"nested more than ppb's limit of {limits.DEPTH} deep") from None
+        _check_depth(self.tree, where)
         self.functions = {node.name: node for node in self.tree.body if isinstance(node, ast.FunctionDef)}
         self.registries = self._registries()
         self.function = ""
+        # each lazy value's literal, read once: `a1 = a0 + a0; a2 = a1 + a1; ...` read every name twice a step,
+        # 2**n readings of n lines (24 lines ran for minutes); the value kept beside its literal pins its id
+        self._literals: dict[int, tuple[_Lazy, Any]] = {}
+        self._reading = 0  # lazy values being read, one inside another
+        self._statements = 0  # statements read, each call's again: `a = base(); b = base(); ...` in every function
 
     def fail(self, field_name: str | None, problem: str) -> InputError:
         return InputError(f"{self.where} {self.function}()" if self.function else self.where, field_name, problem)
@@ -250,6 +280,10 @@ class Reader:
         scope: dict[str, Any] = {}
         try:
             for statement in self.functions[name].body:
+                self._statements += 1
+                if self._statements > limits.PYTHON_STATEMENTS:
+                    said = limits.over(self._statements, limits.PYTHON_STATEMENTS, "statements read")
+                    raise self.fail(None, f"line {statement.lineno}: {said}")
                 if isinstance(statement, ast.Expr) and isinstance(statement.value, ast.Constant):
                     continue  # a docstring
                 if isinstance(statement, ast.Assert | ast.Pass | ast.Import | ast.ImportFrom):
@@ -323,7 +357,15 @@ class Reader:
             raise self.fail(where, f"{value.cls}(...) where a literal is read")
         if not isinstance(value, _Lazy):
             return value
-        return self._literal(value.node, value.scope, where)
+        if id(value) not in self._literals:
+            self._reading += 1
+            try:
+                if self._reading > limits.DEPTH:  # `a1 = a0 * a0`, `a2 = a1 * a1`, ... a thousand lines deep
+                    raise self.fail(where, f"computed from names more than ppb's limit of {limits.DEPTH} deep")
+                self._literals[id(value)] = (value, self._literal(value.node, value.scope, where))
+            finally:
+                self._reading -= 1
+        return self._literals[id(value)][1]
 
     def _literal(self, node: ast.expr, scope: dict[str, Any], where: str) -> Any:
         if isinstance(node, ast.Constant):
@@ -339,6 +381,8 @@ class Reader:
             if all(isinstance(v, int) and not isinstance(v, bool) for v in (left, right)):
                 if isinstance(node.op, ast.FloorDiv) and right == 0:
                     raise self.fail(where, "divides by zero")
+                if max(abs(left), abs(right)) > _INTEGER:  # `a = a * a` a line: digits doubling each
+                    raise self.fail(where, f"`{ast.unparse(node)[:60]}` is over 2**63, no value of a field")
                 return {ast.Add: left + right, ast.Sub: left - right, ast.Mult: left * right}.get(
                     type(node.op), left // right if right else 0
                 )

@@ -65,21 +65,20 @@ MEGATRON_MODULE_SWITCHES: dict[str, tuple[str, ...]] = {
 TORCHTITAN_OP_SWITCHES: tuple[str, ...] = ("normOp", "attBMM", "ffAct")
 
 MEGATRON_WORDS: frozenset[str] = frozenset({"granularity", "modules", "method", "num_layers"})
-# MindFormers' `recompute_config` keys (mindformers/modules/transformer/transformer.py
-# `TransformerRecomputeConfig.__init__`, fd4deebc1): its per-stage lists are a plan, which `ppb check --plan`
-# reads from the training yaml; a run config says the recompute in ppb's words
-MINDFORMERS_WORDS: frozenset[str] = frozenset(
-    {
-        "recompute",
-        "select_recompute",
-        "parallel_optimizer_comm_recompute",
-        "select_comm_recompute",
-        "mp_comm_recompute",
-        "recompute_slice_activation",
-        "select_recompute_exclude",
-        "select_comm_recompute_exclude",
-    }
+# MindFormers' `recompute_config` keys, in its order (mindformers/modules/transformer/transformer.py
+# `TransformerRecomputeConfig.__init__`, fd4deebc1; it refuses any other): its per-stage lists are a plan, which
+# `ppb check --plan` reads from the training yaml; a run config says the recompute in ppb's words
+MINDFORMERS_RECOMPUTE_KEYS: tuple[str, ...] = (
+    "recompute",
+    "select_recompute",
+    "parallel_optimizer_comm_recompute",
+    "select_comm_recompute",
+    "mp_comm_recompute",
+    "recompute_slice_activation",
+    "select_recompute_exclude",
+    "select_comm_recompute_exclude",
 )
+MINDFORMERS_WORDS: frozenset[str] = frozenset(MINDFORMERS_RECOMPUTE_KEYS)
 _IN_PPB_WORDS = (
     "say `full` (every body layer fully recomputed) or ppb's switch dict, 0 for an op recomputed "
     f"({', '.join(SWITCHES)}; the balancer chooses each layer's option), and check the yaml's own lists with "

@@ -124,6 +124,18 @@ CHANGES: dict[str, Change] = {
         "`_Linear` cast its input alone (v1.6 to v1.13: `fp8_cast_transpose_fused` only `and not sequence_parallel`, "
         "else `cast_to_fp8`) and its backward transposed the saved FP8 input (`tex.fp8_transpose`)",
     ),
+    "te_fp8_non_tn_gemm_sm100": Change(
+        TRANSFORMER_ENGINE,
+        "819a75219",
+        "2025-01-27",
+        (2, 0),
+        "TE runs per-tensor FP8 GEMMs in every layout on compute capability 10.0 and up, so a quantized tensor's "
+        'column-wise copy there is the data itself, no FP8 transpose ("TE 2.0 code drop": utils.py '
+        "`non_tn_fp8_gemm_supported`, csrc/extensions/quantizer.cpp `create_transpose = columnwise_usage && "
+        "!non_tn_fp8_gemm_supported()`); before, every GPU ran them TN only, Blackwell too (release_v1.14, the TE "
+        "of NGC's PyTorch 25.01: linear.py `_Linear.forward` `fp8_cast_transpose_fused` whatever the device, the "
+        "weight gradient reading `inputmat_t`), the transposes Hopper still makes",
+    ),
     "te_cp2_p2p_unbatched": Change(
         TRANSFORMER_ENGINE,
         "ba5dc5dde",

@@ -122,6 +122,7 @@ class ModelSpec(StrictModel):
                 )
             if self.moe_intermediate_size is None:
                 raise ValueError("moe_intermediate_size is required when num_experts > 0")
+            self._check_expert_groups()
         elif self.shared_experts:
             raise ValueError("shared_experts needs num_experts > 0")
         if not self.mla_latent_norms and not self.is_mla:
@@ -139,6 +140,19 @@ class ModelSpec(StrictModel):
         if self.mtp_layers and not self.num_layers:
             raise ValueError("mtp_layers needs body layers")
         return self
+
+    def _check_expert_groups(self) -> None:
+        """Group-limited routing as Megatron-Core's `TransformerConfig.__post_init__` holds it (d98e8a64: a group
+        top-k needs moe_router_num_groups, which divides the experts, and is at most that many groups) and
+        transformers' DeepseekV3TopkRouter runs it (`view(-1, n_group, n_routed_experts // n_group)`, then
+        `topk(k=topk_group)` over the groups): anything else is a crash at the model's first step."""
+        groups, limit = self.expert_groups, self.expert_group_limit
+        if limit and not groups:
+            raise ValueError(f"expert_group_limit {limit} needs expert_groups, the groups it picks from")
+        if groups and self.num_experts % groups:
+            raise ValueError(f"expert_groups {groups} does not divide num_experts {self.num_experts}")
+        if limit > groups:
+            raise ValueError(f"expert_group_limit {limit} is more than expert_groups {groups}")
 
     @property
     def kv_heads(self) -> int:

@@ -219,7 +219,9 @@ def stage_peaks(
     one of *in_flight*); the largest kept memory among them is the stage's. *steps*, per stage,
     lists the combined 1F1B steps of Megatron's `--overlap-moe-expert-parallel-comm` (the counts as
     a step starts, its forward's chunk, its backward's: `schedules.combined_steps`), each charged
-    at its start's kept memory and what the step adds within (`memory.combined`). *option_of* gives a
+    at its start's kept memory and what the step adds within (`memory.combined`). Where a chunk's first
+    backward makes static memory (torchtitan's FSDP2 accumulators under PP), the schedule's own order is
+    walked in place of *vectors* (`_first_backward_walk`). *option_of* gives a
     body layer's option (default: `configured_options`, what the run's recompute asks of each).
     Identical layers in one cell are evaluated once. Where Megatron's `uniform` method checkpoints
     N layers as one, a cell's fully recomputed layers keep ⌈n/N⌉ inputs and a backward rebuilds N.
@@ -489,16 +491,36 @@ def _first_backward_walk(
     so the larger is at an end). The static sums count it whole; these extras take off what is not yet
     made. None where the run's schedule cannot say (sizes it refuses)."""
     run = memory.run
+    par = run.parallel
     try:
-        par = run.parallel
-        orders = stage_orders(
+        moments = _first_backward_moments(
             par.schedule, stages, chunks, run.training.micro_batches, par.microbatch_group_size_per_vp_stage
         )
     except ValueError:
         return None
     vectors: list[list[tuple[int, ...]]] = []
     extras: list[list[float]] = []
-    for stage, order in enumerate(orders):
+    for stage, by_made in enumerate(moments):
+        kept_vectors: list[tuple[int, ...]] = []
+        unmade: list[float] = []
+        for done, held_vectors in by_made:
+            missing = -sum(made_later.get((stage, chunk), 0.0) for chunk in range(chunks) if chunk not in done)
+            kept_vectors += held_vectors
+            unmade += [missing] * len(held_vectors)
+        vectors.append(kept_vectors)
+        extras.append(unmade)
+    return vectors, extras
+
+
+@functools.lru_cache(maxsize=64)
+def _first_backward_moments(
+    schedule: str, stages: int, chunks: int, micro_batches: int, group: int | None
+) -> tuple[tuple[tuple[frozenset[int], tuple[tuple[int, ...], ...]], ...], ...]:
+    """Per stage, (the chunks whose first backward has run, the Pareto-maximal vectors held with those made) for
+    every made set its order passes through (`_first_backward_walk`; at most chunks + 1): the schedule's alone,
+    so a search's many plans of one schedule walk it once."""
+    found_by_stage = []
+    for order in stage_orders(schedule, stages, chunks, micro_batches, group):
         held = [0] * chunks
         made: set[int] = set()
         found: dict[tuple[tuple[int, ...], frozenset[int]], None] = {}
@@ -515,16 +537,14 @@ def _first_backward_walk(
         by_made: dict[frozenset[int], list[tuple[int, ...]]] = {}
         for vector, done in found:
             by_made.setdefault(done, []).append(vector)
-        kept_vectors: list[tuple[int, ...]] = []
-        unmade: list[float] = []
-        for done, held_vectors in by_made.items():  # made sets grow: at most chunks + 1 of them
-            missing = -sum(made_later.get((stage, chunk), 0.0) for chunk in range(chunks) if chunk not in done)
-            for i in undominated([[-n for n in vector] for vector in held_vectors]):  # with the same made, the
-                kept_vectors.append(held_vectors[i])  # Pareto-maximal vectors are the ones that can peak
-                unmade.append(missing)
-        vectors.append(kept_vectors)
-        extras.append(unmade)
-    return vectors, extras
+        # with the same made, the Pareto-maximal vectors are the ones that can peak
+        found_by_stage.append(
+            tuple(
+                (done, tuple(vectors[i] for i in undominated([[-n for n in vector] for vector in vectors])))
+                for done, vectors in by_made.items()
+            )
+        )
+    return tuple(found_by_stage)
 
 
 def _backward_starts(memory: MemoryModel, stages: int, chunks: int) -> list[list[tuple[tuple[int, ...], int]]] | None:

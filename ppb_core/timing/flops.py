@@ -1384,8 +1384,10 @@ def _core(kind: BodyKind, geo: OpGeometry, p: str, qk: list[str], v: list[str]) 
             softmax = _torch_softmax(softmax, geo, pairs)
         elif geo.mindformers_softmax_bytes:
             forward, backward = mindformers_softmax_bytes(bc, geo.mindformers_softmax_bytes)
+            # the Casts are kernels of their own only where softmax_compute_type is not the compute dtype
+            kernels = 3.0 if geo.mindformers_softmax_bytes != bc else 2.0
             softmax = dataclasses.replace(
-                softmax, bytes=forward * pairs, backward_bytes=backward * pairs, launches=(3.0, 3.0)
+                softmax, bytes=forward * pairs, backward_bytes=backward * pairs, launches=(kernels, kernels)
             )
         ops.append(softmax)
         probs = p + "softmax"
@@ -1701,7 +1703,7 @@ def mindformers_softmax_bytes(bc: int, softmax: int) -> tuple[float, float]:
     Softmax bprop, frontend/expander/bprop grad_nn_ops.cc: one kernel reading the gradient and the output and
     writing its own, 3s), then the Cast down fused with the scale's Mul (read s, write bc). *bc* the compute
     dtype's bytes, *softmax* softmax_compute_type's: at float32 over bf16 20 and 24 bytes against the fused
-    kernel's 4 and 6."""
+    kernel's 4 and 6, in three kernels each way (two where no Cast runs)."""
     cast = softmax != bc
     forward = (bc + softmax) + 2 * softmax + ((softmax + bc) if cast else 0)
     backward = ((bc + softmax) if cast else 0) + 3 * softmax + (softmax + bc)

@@ -405,6 +405,12 @@ class TimeModel:
             and run.timing.transformer_impl == "transformer_engine"
             and not run.framework_release.holds("te_fp8_input_transposed_in_forward")
         )
+        # per-tensor FP8 GEMMs TN only, so the column-wise copy an FP8 transpose: below Blackwell, and on Blackwell
+        # under TE before v2.0 (`releases.CHANGES["te_fp8_non_tn_gemm_sm100"]`; `_cast_bytes`)
+        capability = self.device.compute_capability
+        self._tn_only_fp8 = 9.0 <= capability < 10.0 or (
+            capability >= 10.0 and not run.framework_release.holds("te_fp8_non_tn_gemm_sm100")
+        )
         # MLA's unfused RoPE kernels (`launches.op_launches`' *mla*), for the fixed kernel time (`_memory_kernels`)
         self._mla = any(getattr(spec, "is_mla", False) for spec in run.specs.values())
         self._fp8_weight_bytes = float8_weight_cast_bytes(run)
@@ -507,7 +513,7 @@ class TimeModel:
         (common/transformer_engine.cpp `nvte_is_non_tn_fp8_gemm_supported`: compute capability 10.x or 13+;
         quantizer.cpp `Float8Quantizer::create_tensor` and the current-scaling one: `with_transpose`), in the
         cast-transpose's one pass, or after a delayed-scaling norm by `nvte_transpose` (rmsnorm_api.cpp
-        `rmsnorm_fwd`: read and write a byte).
+        `rmsnorm_fwd`: read and write a byte). TE before v2.0 ran them TN only on Blackwell too (`_tn_only_fp8`).
 
         Per element of the op's own GEMM operand: a fused GEMM's input (Megatron's linear_qkv, ppb's
         qk_proj and v_proj) is one tensor quantized once (layernorm_linear.py `_LayerNormLinear.forward`,
@@ -522,7 +528,7 @@ class TimeModel:
         read = self.run.training.dtype_bytes
         recipe = self._fp8_recipe
         fed = not gradient and op.name in self._norm_fed
-        transpose = 1.0 if recipe in PER_TENSOR_RECIPES and 9.0 <= self.device.compute_capability < 10.0 else 0.0
+        transpose = 1.0 if recipe in PER_TENSOR_RECIPES and self._tn_only_fp8 else 0.0
         if recipe in ("mxfp8", "blockwise"):
             quantize = read + 2.0
         elif recipe == "tensorwise":
@@ -563,7 +569,7 @@ class TimeModel:
             and op.name in self._te_scattered
             and op.name not in self._te_gathered
             and op.name not in self._norm_fed
-            and 9.0 <= self.device.compute_capability < 10.0
+            and self._tn_only_fp8
         )
 
     def _te_sp_transpose_bytes(self, op: Op) -> float:
@@ -576,7 +582,7 @@ class TimeModel:
             return 2.0 * n / fused
         if op.name not in self._te_gathered or self._fp8_recipe not in PER_TENSOR_RECIPES or op.gemm is None:
             return 0.0
-        if not 9.0 <= self.device.compute_capability < 10.0:
+        if not self._tn_only_fp8:
             return 0.0
         _, _, n, _, fused = op.gemm
         return 2.0 * n / fused
@@ -1293,7 +1299,7 @@ class TimeModel:
             and not run.framework_release.holds("te_fp8_scale_inv_with_data"),
             # per-tensor FP8 on Hopper: the transposes after TE's SP all-gathers (`_te_sp_ops`)
             sp_transposes=(self._te_gathered, self._te_scattered)
-            if self._fp8_recipe in PER_TENSOR_RECIPES and 9.0 <= self.device.compute_capability < 10.0
+            if self._fp8_recipe in PER_TENSOR_RECIPES and self._tn_only_fp8
             else None,
         )
         graphs, modules = run.timing.cuda_graph_impl, run.timing.cuda_graph_modules
