@@ -96,6 +96,9 @@ def check(args: argparse.Namespace) -> dict[str, Any]:
                 "peak_mb": max(stage.peak_mb for stage in optimum.stages),
                 "status": result["status"],
                 "stopped_by": result.get("stopped_by"),
+                # the balancer's plan is the one checked: the same layers of each body type under each option in
+                # every cell, the MTP layers where they are (the flags beside it would change nothing)
+                "same_as_yours": _layers(result["cells"]) == _layers(cells(plan)) and at == mtp_cell,
                 # whether the offset and recompute lists are the plan's words (a MindFormers run, or a Megatron
                 # plan Megatron-LM cannot say), as `ppb balance` prints them
                 "yaml_keys_said": says_yaml_keys(run.framework, result["megatron"]),
@@ -131,6 +134,11 @@ def check(args: argparse.Namespace) -> dict[str, Any]:
         else:
             out["optimum"] = {"status": result["status"], "message": result.get("message")}
     return out
+
+
+def _layers(grid: list[list[dict[str, Any]]]) -> list[list[dict[str, Any]]]:
+    """A plan's cells ([chunk][stage]) as the layers of each body type under each option."""
+    return [[cell["layers"] for cell in row] for row in grid]
 
 
 def _notes(plan: str, form: str) -> list[str]:
@@ -244,6 +252,13 @@ def render(out: dict[str, Any]) -> None:
         # the MindFormers yaml keys only where they are the plan's words (a Megatron run has its flags below)
         stopped = stopped_words(optimum) + ("" if optimum["status"] == "optimal" else f", gap {optimum['gap']:.2%}")
         keys = "; " + ", ".join(f"{key} {optimum[key]}" for key in YAML_KEYS) if optimum["yaml_keys_said"] else ""
+        # given in the run's own words (Megatron flags, torchtitan lines, a MindFormers yaml), the balancer's plan
+        # that is the same one is said so: the gpt3 175B example's even split printed its own layout and first/last
+        # counts to paste (session 33); a plan JSON or another form still gets the lines to launch it with
+        own = out["form"] in ("megatron", "torchtitan") or (form == "mindformers" and optimum["yaml_keys_said"])
+        if optimum.get("same_as_yours") and own and not out.get("message"):
+            console.print(f"the balancer's plan ({stopped}) is yours: the same split and recompute, nothing to change")
+            return
         console.print(
             f"the balancer's plan ({stopped}): iteration {optimum['iteration_s']:,.3f} s, "
             f"{versus}, peak {optimum['peak_mb']:,.0f} MB{keys}",
