@@ -369,7 +369,9 @@ def _points(
             micro_batches = batch // (dp * mbs) if batch % (dp * mbs) == 0 else 0
             groups = microbatch_groups(g.microbatch_group, pp, micro_batches) if schedule == "interleaved" else (0,)
             overlaps = ep_overlaps(g.ep_overlap, schedule, pp, ep)
-            for (zero, fsdp), group, overlap in itertools.product(g.shards, groups, overlaps):
+            for (zero, fsdp), group, overlap in itertools.product(
+                _shards(g.shards, dp, cp, tp, ep, expert_tp), groups, overlaps
+            ):
                 strategy = Strategy(
                     tp=tp,
                     cp=cp,
@@ -396,6 +398,19 @@ def _points(
                     yield Refusal(strategy, reason_family("training.global_batch", message), message)
                 else:
                     yield strategy
+
+
+def _shards(
+    shards: tuple[tuple[int, bool], ...], dp: int, cp: int, tp: int, ep: int, expert_tp: int
+) -> tuple[tuple[int, bool], ...]:
+    """The (zero, fsdp) choices that differ: with no data-parallel rank to shard over (dp·cp 1, and the experts'
+    dp·cp·tp / (ep·etp) 1) every ZeRO stage is the lowest one's plan, its states sharded over a group of one
+    (Megatron's distributed optimizer, MindSpore's optimizer parallel), so only the lowest is kept; FSDP stays
+    (its units' gathers and launches are its own)."""
+    if dp * cp > 1 or (dp * cp * tp) // (ep * expert_tp) > 1:
+        return shards
+    plain = [shard for shard in shards if not shard[1]]
+    return tuple(plain[:1]) + tuple(shard for shard in shards if shard[1])
 
 
 def validate(spec: SearchSpec, strategy: Strategy) -> RunConfig | Refusal:
