@@ -190,7 +190,13 @@ def test_words_of_another_framework_are_refused_in_one_line(recompute, framework
             "training.recompute",
             "recompute, select_recompute: MindFormers' recompute_config words; in a run config say `full`",
         ),
-        ({"select_comm_recompute": True}, None, "training.recompute", "select_comm_recompute: MindFormers'"),
+        # one of its keys is one word ("recompute: MindFormers' recompute_config words" read as two)
+        (
+            {"select_comm_recompute": True},
+            None,
+            "training.recompute",
+            "select_comm_recompute: MindFormers' recompute_config word;",
+        ),
     ],
 )
 def test_bad_recompute_names_the_field(recompute, framework, field, words):
@@ -270,6 +276,10 @@ def test_torchtitan_shards_with_fsdp_or_replicates():
     with pytest.raises(InputError) as caught:
         _run(framework="torchtitan", parallel=replicated, framework_release={"torchtitan": "2026-03-08"})
     assert "beside tp 2, pp 2: torchtitan 2026-03-08 replicates by DDP alone" in caught.value.problem
+    # the way out says the field and the first release that replicates beside them (the `later` above)
+    assert caught.value.problem.endswith(
+        "set fsdp, or state a release from it (framework_release.torchtitan 2026-03-09 or later)"
+    )
     # nothing else beside it (dp 8: the replicate mesh is the world), or no replicate (dp 1): DDP runs, or none
     assert _run(framework="torchtitan", parallel={"dp": 8, "tp": 1, "pp": 1, "zero": 0}).shard_level == 0
     assert _run(framework="torchtitan", parallel={"dp": 1, "tp": 2, "pp": 2, "zero": 0}).shard_level == 0

@@ -275,8 +275,9 @@ def _mixed_words(value: dict[str, Any]) -> dict[str, Any]:
 def _mindformers_words(value: dict[str, Any]) -> dict[str, Any]:
     """MindFormers' `recompute_config` keys: said as such, not as an unknown switch whose value is no integer
     (`recompute: true` was "training.recompute.recompute: Input should be a valid integer", session 33)."""
-    said = ", ".join(sorted(set(value) & MINDFORMERS_WORDS))
-    raise ValueError(f"{said}: MindFormers' recompute_config words; in a run config {_IN_PPB_WORDS}")
+    found = sorted(set(value) & MINDFORMERS_WORDS)
+    words = "word" if len(found) == 1 else "words"
+    raise ValueError(f"{', '.join(found)}: MindFormers' recompute_config {words}; in a run config {_IN_PPB_WORDS}")
 
 
 def _bool_words(value: bool) -> bool:

@@ -2310,7 +2310,8 @@ def _check_titan_replicate(run: RunConfig, where: str) -> None:
             "parallel.zero",
             f"replicate (zero 0) over dp {par.dp} beside {others}: torchtitan {release} replicates by DDP alone, which "
             'refuses any other parallelism ("DDP has not supported > 1D parallelism", models/llama3/infra/'
-            "parallelize.py; composable replicate from e1847f439, 2026-03-09): set fsdp, or state that release",
+            "parallelize.py; composable replicate from e1847f439): set fsdp, or state a release from it "
+            "(framework_release.torchtitan 2026-03-09 or later)",
         )
 
 
