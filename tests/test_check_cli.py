@@ -795,3 +795,20 @@ def test_a_plan_that_is_the_balancers_says_nothing_to_change(capsys: pytest.Capt
     assert code == 0 and out["optimum"]["same_as_yours"] is False
     render(out)
     assert "Megatron-LM: --pipeline-model-parallel-layout 'Et*8|t*9|t*9|t*6L'" in capsys.readouterr().out
+
+
+def test_no_optimum_says_why_without_the_bare_status(capsys: pytest.CaptureFixture[str]) -> None:
+    """A solve that ended with no plan printed its status bare ("the balancer's plan: time_limit: ..."), the word
+    the line with a plan no longer prints: it says the proof that none fits, or which limit stopped the search."""
+    code, out = _check(capsys, CONFIGS / "llama3-8b.yaml", "--pipeline-model-parallel-layout 'Et*8|t*8|t*8|t*8L'")
+    assert code == 0
+    message = "no plan fits in 5,000 MB per device: the least-memory plan needs 9,762 MB"
+    out["optimum"] = {"status": "infeasible", "stopped_by": "infeasible", "message": message}
+    render(out)
+    assert f"the balancer's plan: none, {message}\n" in capsys.readouterr().out
+    for stopped_by, limit in (("time_limit", "time limit"), ("work_limit", "work limits")):
+        out["optimum"] = {"status": "time_limit", "stopped_by": stopped_by, "message": None}
+        render(out)
+        printed = capsys.readouterr().out
+        assert f"the balancer's plan: none, no plan found: the {limit} stopped the search first\n" in printed
+        assert "time_limit" not in printed

@@ -132,7 +132,11 @@ def check(args: argparse.Namespace) -> dict[str, Any]:
                 )
                 out["optimum"]["megatron_peak_mb"] = max(stage.peak_mb for stage in runnable.stages)
         else:
-            out["optimum"] = {"status": result["status"], "message": result.get("message")}
+            out["optimum"] = {
+                "status": result["status"],
+                "stopped_by": result.get("stopped_by"),
+                "message": result.get("message"),
+            }
     return out
 
 
@@ -275,5 +279,10 @@ def render(out: dict[str, Any]) -> None:
         for line in lines:
             console.print("  " + escape(line), soft_wrap=True)
     elif optimum:
-        said = f": {optimum['message']}" if optimum.get("message") else ""
-        console.print(f"the balancer's plan: {optimum['status']}{escape(said)}")
+        # no plan: the proof that none fits says why, or the limit that ended the search before one (the bare
+        # status "time_limit" said neither, whichever limit it was)
+        said = optimum.get("message") or "no plan found"
+        if optimum["status"] != "infeasible":
+            limit = "time limit" if optimum.get("stopped_by") == "time_limit" else "work limits"
+            said += f": the {limit} stopped the search first"
+        console.print(f"the balancer's plan: none, {escape(said)}")
