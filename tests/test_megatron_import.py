@@ -916,3 +916,17 @@ def test_layers_split_evenly_or_placed_are_imported() -> None:
         "--pipeline-model-parallel-size 4 --decoder-first-pipeline-num-layers 2 --decoder-last-pipeline-num-layers 2"
     )
     assert import_megatron(f"{BASE} {flags}", 8, "h100-80gb").raw["parallel"]["layout"] == "Ett|ttttt|ttttt|ttL"
+
+
+def test_expert_groups_without_a_group_top_k_are_not_refused() -> None:
+    """Megatron-Core checks that moe_router_num_groups divides the experts only under a group top-k
+    (transformer_config.py `TransformerConfig.__post_init__`, d98e8a64: `if self.moe_router_group_topk:`), and routes
+    without groups otherwise: 3 groups of MOE_MLA's 32 experts run there, and import; under a group top-k of 2 they
+    are refused naming the flag, as Megatron-Core's assertion refuses them."""
+    ungrouped = MOE_MLA.replace("--moe-router-group-topk 2 --moe-router-num-groups 4", "--moe-router-num-groups 3")
+    spec = run_config_of(import_megatron(ungrouped, 8, "h100-80gb"), "launch").models[0].spec
+    assert (spec.expert_groups, spec.expert_group_limit) == (3, 0)
+    with pytest.raises(InputError) as caught:
+        run_config_of(import_megatron(MOE_MLA.replace("num-groups 4", "num-groups 3"), 8, "h100-80gb"), "launch")
+    assert caught.value.field == "--moe-router-num-groups"
+    assert "expert_groups 3 does not divide num_experts 32" in caught.value.problem

@@ -145,11 +145,13 @@ class ModelSpec(StrictModel):
         """Group-limited routing as Megatron-Core's `TransformerConfig.__post_init__` holds it (d98e8a64: a group
         top-k needs moe_router_num_groups, which divides the experts, and is at most that many groups) and
         transformers' DeepseekV3TopkRouter runs it (`view(-1, n_group, n_routed_experts // n_group)`, then
-        `topk(k=topk_group)` over the groups): anything else is a crash at the model's first step."""
+        `topk(k=topk_group)` over the groups): anything else is a crash at the model's first step. Without a group
+        top-k Megatron-Core routes without groups (`if self.moe_router_group_topk:`), whatever their count, and
+        so does ppb's pricing (`timing.router`, `timing.flex.ranks_reached`): that run is not refused."""
         groups, limit = self.expert_groups, self.expert_group_limit
         if limit and not groups:
             raise ValueError(f"expert_group_limit {limit} needs expert_groups, the groups it picks from")
-        if groups and self.num_experts % groups:
+        if limit and self.num_experts % groups:
             raise ValueError(f"expert_groups {groups} does not divide num_experts {self.num_experts}")
         if limit > groups:
             raise ValueError(f"expert_group_limit {limit} is more than expert_groups {groups}")
