@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 import yaml
 
-from pipelines.assets.search import SEARCH_PARTITIONS, SearchSpecs, search_spec_sensor
+from pipelines.assets.search import SEARCH_PARTITIONS, SearchSpecs, _log_progress, search_spec_sensor
 from pipelines.definitions import search_job
 from pipelines.partitions import PARTITIONS_NAME
 from ppb_core.config.run import load_run_config
@@ -108,3 +108,20 @@ def test_the_sensor_keeps_one_partition_per_spec_file(folders) -> None:
         instance.add_dynamic_partitions(SEARCH_PARTITIONS, ["tiny", "gone"])
         result = search_spec_sensor(dg.build_sensor_context(instance=instance), search_specs=specs)
         assert [request.partition_keys for request in result.dynamic_partitions_requests] == [["gone"]]
+
+
+def test_the_step_log_says_screening_in_the_cli_s_words() -> None:
+    """A shard's log said "28 strategies screened" where `ppb search` says "screened 44 (28 valid)" for the same
+    figures (44 points examined, 28 of them valid): the log now says the CLI's line."""
+    logged: list[str] = []
+
+    class Log:
+        def info(self, text: str) -> None:
+            logged.append(text)
+
+    class Context:
+        log = Log()
+
+    progress = _log_progress(Context(), load_search_spec(DATA / "tiny-dense.yaml"), "shard 0")
+    progress("screening done", {"screened": 28, "total": 44, "seconds": 1.0, "to_fill": 5, "most_balances": 28})
+    assert logged == ["shard 0: screened 44 (28 valid)"]

@@ -31,7 +31,7 @@ from ppb_core import chain
 from ppb_core.errors import InputError
 from ppb_core.search.enumerate import enumerate_strategies
 from ppb_core.search.outputs import write_ranking, write_run_configs
-from ppb_core.search.rank import Ranked, SearchResult, merge, search_points, shard
+from ppb_core.search.rank import Ranked, SearchResult, merge, screened_words, search_points, shard
 from ppb_core.search.spec import SearchSpec, load_search_spec
 from ppb_core.tables.schema import Summarized
 from ppb_core.tables.search import STRATEGY_SEARCH, ranking_to_frame
@@ -121,8 +121,8 @@ def _log_progress(context: dg.OpExecutionContext, spec: SearchSpec, shard_name: 
     """Strategies screened, balanced, and the best so far, in the step's log."""
 
     def progress(event: str, figures: dict) -> None:
-        if event == "screening done":  # "screened" never counted the refused points up to the total
-            context.log.info(f"{shard_name}: {counted(figures['screened'], 'strategy', 'strategies')} screened")
+        if event == "screening done":  # in `ppb search`'s words: the points examined, the valid ones
+            context.log.info(f"{shard_name}: {screened_words(figures)}")
         elif event == "balanced":
             best: Ranked | None = figures.get("best")
             context.log.info(

@@ -28,7 +28,7 @@ from ppb_core.cli.console import table_console
 from ppb_core.errors import InputError
 from ppb_core.io import check_output
 from ppb_core.search.outputs import megatron_text, mindformers_text, result_json, torchtitan_said, write_ranking
-from ppb_core.search.rank import BALANCER_FAILED, BALANCER_TIMEOUT, Ranked, SearchResult, search
+from ppb_core.search.rank import BALANCER_FAILED, BALANCER_TIMEOUT, Ranked, SearchResult, screened_words, search
 from ppb_core.search.spec import SearchOptions, SearchSpec, load_search_spec
 from ppb_core.units import counted
 
@@ -95,14 +95,6 @@ class _Progress:
             # the search's wall clock is read here (and in the table's last line), never in its JSON
             self._line("done")
 
-    @staticmethod
-    def _screened(figures: dict[str, Any]) -> str:
-        """Screening's last words, in the terms of the lines before it: the points examined and the valid ones
-        ("screened 152 of 172 (124 valid)" was followed by "screened 142", the valid count alone)."""
-        if "total" not in figures:
-            return f"screened {figures['screened']:,}"
-        return f"screened {figures['total']:,} ({figures['screened']:,} valid)"
-
     def _line(self, text: str) -> None:
         print(f"[{time.perf_counter() - self.started:.1f} s] {text}", file=sys.stderr, flush=True)
 
@@ -118,14 +110,14 @@ class _Progress:
                 self._line(f"screened {figures['examined']:,} of {figures['total']:,} ({figures['screened']:,} valid)")
             elif event == "screening done":
                 self.balancing = time.perf_counter()
-                self._line(f"{self._screened(figures)}; balancing the most promising{self._ahead(figures)}")
+                self._line(f"{screened_words(figures)}; balancing the most promising{self._ahead(figures)}")
             elif event == "balanced":
                 self._line(self._balanced(figures, *self._ahead_s(figures)))
             return
         if event == "screening done":
             self.balancing = time.perf_counter()
             self.console.print(
-                f"{self._screened(figures)}; balancing{self._ahead(figures)}", markup=False, highlight=False
+                f"{screened_words(figures)}; balancing{self._ahead(figures)}", markup=False, highlight=False
             )
         elif event == "enumerated":
             self.screen = self.progress.add_task("screening", total=figures["enumerated"])

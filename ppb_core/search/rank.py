@@ -739,6 +739,15 @@ def _notify(progress: Progress | None, event: str, **figures: Any) -> None:
         progress(event, figures)
 
 
+def screened_words(figures: dict[str, Any]) -> str:
+    """ "screening done"'s figures in the terms of the lines before it, the points examined and the valid ones
+    ("screened 152 of 172 (124 valid)" was followed by "screened 142", the valid count alone), for `ppb search`'s
+    progress and the Dagster search's log alike."""
+    if "total" not in figures:
+        return f"screened {figures['screened']:,}"
+    return f"screened {figures['total']:,} ({figures['screened']:,} valid)"
+
+
 def search_points(
     spec: SearchSpec,
     points: Sequence[Strategy | Refusal],
