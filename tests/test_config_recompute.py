@@ -275,7 +275,9 @@ def test_torchtitan_shards_with_fsdp_or_replicates():
         assert "torchtitan v0.2.2 replicates by DDP alone" in caught.value.problem
     with pytest.raises(InputError) as caught:
         _run(framework="torchtitan", parallel=replicated, framework_release={"torchtitan": "2026-03-08"})
-    assert "beside tp 2, pp 2: torchtitan 2026-03-08 replicates by DDP alone" in caught.value.problem
+    assert "beside tensor or pipeline parallelism (tp 2, pp 2): torchtitan 2026-03-08 replicates by DDP alone" in (
+        caught.value.problem
+    )
     # the way out says the field and the first release that replicates beside them (the `later` above)
     assert caught.value.problem.endswith(
         "set fsdp, or state a release from it (framework_release.torchtitan 2026-03-09 or later)"

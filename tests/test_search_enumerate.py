@@ -261,3 +261,16 @@ def test_a_torchtitan_grid_holds_no_tp_its_key_value_heads_cannot_split() -> Non
     raw["limits"]["fsdp"] = [False]
     valid, _ = verdicts(parse_search_spec(raw, DATA / "tiny-titan.yaml", DATA))
     assert 4 in {s.tp for s in valid}
+
+
+def test_torchtitan_s_replicate_beside_tp_or_pp_is_one_reason() -> None:
+    """torchtitan v0.2.2 replicates by DDP alone, refused beside TP or PP (run.py `_check_titan_replicate`); its
+    line named the sizes set, so the search's table of reasons gave "beside pp N", "beside tp N" and "beside tp N,
+    pp N" a row each. By hand on tiny-titan (8 devices, replicate or FSDP, pp 2 running 1F1B, GPipe and interleaved):
+    replicate over dp > 1 beside tp or pp is tp 1 pp 2 dp 4 (3 schedules), tp 2 pp 1 dp 4 (1) and tp 2 pp 2 dp 2
+    (3): 7 points, one reason."""
+    path = DATA / "tiny-titan.yaml"
+    _, refused = verdicts(parse_search_spec(yaml.safe_load(path.read_text()), path, DATA))
+    replicate = {reason: count for reason, count in refused.items() if reason.startswith("parallel.zero: replicate")}
+    assert list(replicate.values()) == [7]
+    assert "beside tensor or pipeline parallelism (tp N, pp N)" in next(iter(replicate))

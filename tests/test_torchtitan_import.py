@@ -651,4 +651,4 @@ def test_replicating_beside_tp_or_pp_names_the_toml_key(tmp_path: Path, capsys: 
     assert main(["import", "torchtitan", str(toml), "--gpus", "32", "--device", "h100-80gb"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and f"{toml}: parallelism.data_parallel_replicate_degree: replicate (zero 0)" in err
-    assert "over dp 4 beside tp 8: torchtitan v0.2.2 replicates by DDP alone" in err
+    assert "over dp 4 beside tensor or pipeline parallelism (tp 8, pp 1): torchtitan v0.2.2 replicates by DDP" in err

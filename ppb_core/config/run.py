@@ -2304,11 +2304,12 @@ def _check_titan_replicate(run: RunConfig, where: str) -> None:
         return  # cp > 1 shards (refused above as replicate)
     if (par.tp > 1 or par.pp > 1) and not run.framework_release.holds("torchtitan_replicate_composes"):
         release = run.framework_release.torchtitan or "v0.2.2"
-        others = ", ".join(f"{name} {size}" for name, size in (("tp", par.tp), ("pp", par.pp)) if size > 1)
+        # one wording whichever of the two is set: the search's table of reasons is one row, not one per pair
         raise InputError(
             where,
             "parallel.zero",
-            f"replicate (zero 0) over dp {par.dp} beside {others}: torchtitan {release} replicates by DDP alone, which "
+            f"replicate (zero 0) over dp {par.dp} beside tensor or pipeline parallelism (tp {par.tp}, pp {par.pp}): "
+            f"torchtitan {release} replicates by DDP alone, which "
             'refuses any other parallelism ("DDP has not supported > 1D parallelism", models/llama3/infra/'
             "parallelize.py; composable replicate from e1847f439): set fsdp, or state a release from it "
             "(framework_release.torchtitan 2026-03-09 or later)",
