@@ -555,17 +555,32 @@ GPT_OSS_20B = {
     "activation_clamp": 7.0,
     "router_bias": True,
 }
+# configs/hf/gpt-oss-120b.json as ppb reads it (36 layers, 128 experts), spelled out so a card can change its vocabulary
+GPT_OSS_120B = {**GPT_OSS_20B, "num_layers": 36, "window_layers": tuple(range(0, 36, 2)), "num_experts": 128}
+# The GPT-OSS pretrain entries train with their tokenizer's vocabulary, not the model's 201,088. Their command names
+# the RedPajama-v2 data's SentencePiece model (tokenizer.model: Llama's, 32,000 pieces, as the deepseek-v4-flash card's
+# pretrain entry states of the same data, "token IDs 0-31999"), and from af17edf52 (2026-07-28, "derive pretraining
+# vocab from tokenizer", #4996; both entries' commits hold it) recipes/common.py `_pretrain_common` sets
+# use_tokenizer_vocab_size True, which neither the GPT-OSS recipes nor the commands clear: training/setup.py
+# `_validate_and_set_vocab_size` then returns the tokenizer's vocab_size (megatron/core/tokenizers SentencePiece:
+# `get_piece_size()`) with padding on, and gpt_provider.py pads it to make_vocab_size_divisible_by (128: the largest
+# power of two up to 128 dividing 201,088, model_bridge.py) x TP: 32,000. The entries' initial losses (10.90, 10.91)
+# sit below ln 201,088 = 12.21 and about as far above ln 32,000 = 10.37 as the GB200 mock entry's 12.79 above 12.21.
+# The earlier rp2 pretrain entries (Qwen3, Moonlight: commits before af17edf52) keep their models' vocabularies.
+RP2_LLAMA_VOCAB = 32000
 
 
-def _gpt_oss_h100_functional(label: str, gpus: int, pp: int, ep: int) -> dict[str, Any]:
+def _gpt_oss_h100_functional(label: str, gpus: int, pp: int, ep: int, spec: dict[str, Any]) -> dict[str, Any]:
     """recipes/gpt_oss/h100/gpt_oss.py's pretrain configs (a8038f6d9 for the 120B, 6799f0997 for the 20B): TP 2 with
     SP, PP *pp*, EP *ep*, GBS 512, MBS 1; the alltoall dispatcher (the flex backend named but
     `apply_flex_dispatcher_backend` not called), no router fusion, permute fusion, no recompute, no CUDA graphs, no
     TP overlap (comm_overlap None); per-token loss with average_in_collective off; `_pretrain_common`'s bf16_mixed with
     FP32 gradient reduction (ddp.grad_reduce_in_fp32 True); the native cross-entropy the recipes name; rope fusion at
-    Megatron-Core's default (off)."""
+    Megatron-Core's default (off); *spec* the model with the tokenizer's vocabulary (`RP2_LLAMA_VOCAB`)."""
     dp = gpus // (2 * pp)
     raw = _gpt_oss_run(label, "26.04", "h100-80gb", gpus, 512, 1, pp, ep, recompute=False)
+    vocab = {**spec, "vocab_size": RP2_LLAMA_VOCAB}
+    raw["models"] = [{"name": "llm", "spec": vocab, "pad_vocab_multiple": 128}]
     raw["parallel"].update(tp=2, dp=dp, sequence_parallel=True)
     raw["training"].update(micro_batches=512 // dp, grad_bytes=4)
     raw["training"]["moe"]["router"].update(fusion=False, force_balance=False)
@@ -588,7 +603,7 @@ def _gpt_oss_120b_h100_functional() -> dict[str, Any]:
     the card's verification_environment commit, the entry names none): PP 4, EP 16 on 64 H100, so DP 8."""
     label = "GPT-OSS 120B BF16 TP2 PP4 EP16 natural routing (64 H100)"
     return {
-        "raw": _pinned(_gpt_oss_h100_functional(label, 64, 4, 16), "a8038f6d9"),
+        "raw": _pinned(_gpt_oss_h100_functional(label, 64, 4, 16, GPT_OSS_120B), "a8038f6d9"),
         "label": label,
         "card": "gpt-oss-120b",
         "item": "pretrain",
@@ -603,8 +618,7 @@ def _gpt_oss_20b_h100_functional() -> dict[str, Any]:
     """`gpt_oss_20b_pretrain_16gpu_h100_bf16_config` at 6799f0997 (the card's verification_environment commit):
     PP 4, EP 4 on 16 H100, so DP 2."""
     label = "GPT-OSS 20B BF16 TP2 PP4 EP4 natural routing (16 H100)"
-    raw = _gpt_oss_h100_functional(label, 16, 4, 4)
-    raw["models"] = [{"name": "llm", "spec": GPT_OSS_20B, "pad_vocab_multiple": 1}]
+    raw = _gpt_oss_h100_functional(label, 16, 4, 4, GPT_OSS_20B)
     return {
         "raw": _pinned(raw, "6799f0997"),
         "label": label,

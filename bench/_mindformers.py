@@ -250,6 +250,9 @@ class Card:
     # model_config.rotary_dtype (LlamaConfig's default float32); None for ChatGLM2's models, whose rotary is
     # glm2_transformer.py's own (`apply_rotary_pos_emb` over half of each head), priced generic
     rotary_dtype: str | None = "fp32"
+    # model_config.softmax_compute_type where the attention is unfused (`use_flash_attention: False`) under O1:
+    # `_attn` casts the scores to it for the Softmax (flops.mindformers_softmax_bytes); None elsewhere
+    softmax_dtype: str | None = None
     # the model's embedding built with `parallel_optimizer=True` (research/qwen/qwen_model.py `QwenModel`'s
     # `LlamaEmbedding(..., parallel_optimizer=True)` at v1.3.0 debac6a97): its table sharded by optimizer parallel
     embedding_parallel_optimizer: bool = False
@@ -434,6 +437,11 @@ CARD_ROWS: tuple[Card, ...] = (
         param_dtype="fp32",
         rotary_dtype="fp16",
     ),
+    # The two 32k rows beyond −19% (this and Qwen2 0.5B below), checked against 2388c729a (their figures' commit):
+    # tokens/s/p is MFLossMonitor's samples/s/p (core/callback/callback.py: global_batch_size / device_num / step
+    # seconds) times the table's SeqLength, the global batch base_trainer.py's (`Card.sequences`), the yamls' settings
+    # as stated here; half or more of ppb's step is CANN's flash attention at 32k, whose backward rate on the 910B
+    # no public measurement states (docs/timing-validation.md, MindFormers' far card rows, session 33).
     Card(
         "Qwen1.5 7B pretrain",
         ATLAS_800T_A2,
@@ -806,8 +814,14 @@ CARD_ROWS: tuple[Card, ...] = (
     # research/deepseek2/readme.md (Atlas 900 A2 PoDc): deepseek2-236b Finetune 36 tokens/s/p. Its yaml: dp 4 ·
     # mp 8 · pp 2, expert_parallel 4, micro_batch_num 20, use_seq_parallel False, full recompute, no flash
     # attention, compute and param_init bfloat16, O1; deepseek2_model.py routes through LlamaFeedForwardWithMoE
-    # with MoEV2 (`use_gmm` unset: BatchMatMul experts padded to capacity_factor 2.0). Not read: enable_sdrop
-    # (which copies a full expert drops), the three auxiliary losses.
+    # with MoEV2 (`use_gmm` unset: BatchMatMul experts padded to capacity_factor 2.0, each expert's slots rounded up
+    # to a multiple of mp, RunConfig.mindformers_capacity_share: 312 against 307.2), priced as MoEV2 runs without
+    # sequence parallelism (flops.mindformers_moev2: every mp rank all-to-alls the whole micro-batch's slots); its
+    # unfused attention's softmax in softmax_compute_type float32 (flops.mindformers_softmax_bytes). The figure came
+    # in 2388c729a with research/deepseek2/finetune_deepseek2_236B.yaml, the same settings (sink_size 2,
+    # enable_graph_kernel False). Not priced: `vocab_emb_dp: True` (the output head replicated over mp, its logits
+    # computed whole on every rank), the router's fp32 group-limited top-k and three auxiliary losses. Not read:
+    # enable_sdrop (which copies a full expert drops).
     Card(
         "DeepSeek-V2 236B finetune",
         ATLAS_900_A2,
@@ -828,6 +842,7 @@ CARD_ROWS: tuple[Card, ...] = (
         capacity_factor=2.0,
         seq_parallel=False,
         rotary_dtype=None,  # deepseek2_model.py's own rotary for MLA's rope half, not LLaMA's cell: generic
+        softmax_dtype="fp32",
     ),
 )
 
@@ -867,6 +882,8 @@ def card_raw(card: Card) -> dict[str, Any]:
         timing["jit_level"] = card.jit_level  # O1: MindSpore's graph-kernel fusion (flops.mindformers_loss_bytes)
     if card.rotary_dtype is not None:
         timing["rotary_dtype"] = card.rotary_dtype  # LLaMA's RotaryEmbedding (flops.mindformers_rope_bytes)
+    if card.softmax_dtype is not None:
+        timing["softmax_compute_type"] = card.softmax_dtype  # the unfused attention's casts (mindformers_softmax_bytes)
     if card.fine_grain_interleave > 1:
         # llama_interleave.py `LLamaDecodeLayerInterleave` (a4dfb8219) cuts each layer's micro-batch into
         # `fine_grain_interleave` slices along the sequence and tags their concatenations

@@ -755,8 +755,8 @@ def nemo_2604_rows() -> list[dict[str, Any]]:
 # too); the 26.02 table (the same file at f171d7d30, "26.02 NeMo Container", v0.3.x's preset, still EP 64) lists
 # DGX-B200 at EP 64, MBS 4, GBS 1280: 8,047 tokens/s, within 2% of this row's 8,213, while v0.4.0's V2 preset,
 # the first at EP 8, runs 13,045 (26.04). Across 8 DGX B200 nodes, EP 64's all-to-all leaves the NVLink domain.
-# H100: the preset's MBS 1 (GA 32), not the table's MBS 4, as the H100 Qwen3 row (docs/timing.md, session 25):
-# the table's GA 2 fits neither (MBS 4 at DP 16 is GA 8), the row repeating the B200 row's MBS and GA; the
+# H100: the preset's MBS 1 (GA 32), not the table's MBS 4, as the H100 Qwen3 row (docs/timing-validation.md,
+# session 25): the table's GA 2 fits neither (MBS 4 at DP 16 is GA 8), the row repeating the B200 row's MBS and GA; the
 # preset leaves BASE_GPT_OSS_120B_CONFIG's micro_batch_size 1, as 26.04's H100 row states; and MBS 4 does not
 # fit an H100 under ppb's memory (stage 0 at 99,626 MiB of 81,559; MBS 1: 53,589). Its GB200 row runs sequence
 # 8192 at MBS 1 and GBS 1280 against the preset's 4096, 4 and 512: not taken.

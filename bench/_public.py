@@ -305,10 +305,13 @@ def moe_mla_layout_run() -> dict[str, Any]:
     # MTP layer and the loss), --recompute-modules layernorm mla_up_proj mlp moe_act. Its
     # --overlap-moe-expert-parallel-comm (the combined 1F1B schedule) came after the values, with d7bf5aaaa8
     # (2025-08-26): not run. The case is commented out of tests/test_utils/recipes/h100/moe.yaml since.
+    # Priced at the releases that ran it, as bench/megatron_ci.py prices the case: Megatron-Core at c08d89bea0's
+    # date, TE as its uv.lock pins it (2.6.0.post1), PyTorch as its NGC image shipped it (2.8).
     case = MOE_MLA_LAYOUT
     return {
         "name": f"megatron-{case}",
         "framework": "megatron",
+        "framework_release": {"megatron_core": "2025-08-17", "transformer_engine": "2.6.0.post1", "pytorch": "2.8"},
         "models": [{"name": "llm", "spec": {**MOE_MLA, "first_dense_layers": 3}, "pad_vocab_multiple": 3232}],
         "parallel": {
             "dp": 2,

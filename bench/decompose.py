@@ -40,13 +40,13 @@ With `--alone ROW ...`, for each matching row the factor that the GEMMs alone, o
 need to give the measured seconds: each class with its reruns (the busiest stage's seconds at their
 ops' kinds, `kernel_seconds`), and under a pipeline the compute and its bubble scaled together (the
 schedule's idle time is the other stages' compute); a factor that is about the same over many rows points
-at that class's rate, one that varies from row to row does not (docs/timing.md, torchtitan, session 25).
+at that class's rate, one that varies from row to row does not (docs/timing-validation.md, torchtitan, session 25).
 
 With `--side ROW ...`, the matching rows side by side, one column each (in the order matched): each
 class's seconds, ppb's, the measured and their difference, then between each column and the next what
 each grew by per unit of cp (`growth_per_cp`; per row when cp is the same): for rows that differ in cp
 alone with the tokens a rank keeps, e.g. torchtitan's Table 2, each class's growth per added ring step
-beside the measured growth (docs/timing.md, torchtitan, session 30).
+beside the measured growth (docs/timing-validation.md, torchtitan, session 30).
 
 Last, Megatron CI's two GPT 7B cases run on H100 and on A100 (golden values of one commit): the
 measured minus ours in seconds on each GPU. A gap that scales with a GPU's speed (a kernel class
@@ -86,7 +86,7 @@ from public_runs import (  # noqa: E402
 from ppb_core.config.run import RunConfig  # noqa: E402
 from ppb_core.memory import MemoryModel  # noqa: E402
 from ppb_core.timing.flops import COMM, Op  # noqa: E402
-from ppb_core.timing.iteration import configured_states, framework_rules, run_iteration  # noqa: E402
+from ppb_core.timing.iteration import Iteration, configured_states, framework_rules, run_iteration  # noqa: E402
 from ppb_core.timing.offload import reload_wait_s  # noqa: E402
 from ppb_core.timing.pricer import TimeModel  # noqa: E402
 
@@ -238,8 +238,8 @@ def kernel_seconds(run: RunConfig) -> tuple[float, float]:
             continue
         ops = {op.name: op for op in times.ops(layer)}
         for timed in times.breakdown(layer, *state):
-            op = ops[timed.name]
-            if op.category == COMM:
+            op = ops.get(timed.name)  # None: a row of no op (the restore copies), memory-bound
+            if op is None or op.category == COMM:
                 continue
             if op.gemm is not None:
                 gemms += timed.ms / 1e3 * m
@@ -307,7 +307,9 @@ def report_side(rows: list[PublicRun]) -> None:
     lines = [(name, [parts.get(name, 0.0) for _, parts, _, _ in columns]) for name in names]
     lines += [("ppb", [c[2] for c in columns]), ("measured", [c[3] for c in columns])]
     for name, values in lines:
-        growth = "".join(f"{step[name]:11.3f}" for step in steps)
+        # a class absent from both columns of a step (one only some rows have, e.g. FP8's amax
+        # reductions) grew by nothing there
+        growth = "".join(f"{step.get(name, 0.0):11.3f}" for step in steps)
         print(f"  {name[:38]:38s}" + "".join(f"{value:9.3f}" for value in values) + growth)
     gaps = [c[3] - c[2] for c in columns]
     print(f"  {'measured minus ppb':38s}" + "".join(f"{gap:9.3f}" for gap in gaps))
@@ -318,12 +320,14 @@ def report(row: PublicRun) -> None:
     report_run(config(row), row.name, row.seconds)
 
 
-def layer_hosts(run: RunConfig) -> list[tuple[str, int, float, float, float, float]]:
+def layer_hosts(
+    run: RunConfig, iteration: Iteration | None = None
+) -> list[tuple[str, int, float, float, float, float]]:
     """Under Megatron, each distinct layer of the busiest stage: (kind, how many, GPU forward and
     backward ms a micro-batch, the host's launches forward and backward in launches of
     `TimeModel.launch_s`, what the backward reruns included: `HostWaits.launch_forward` /
-    `launch_backward`)."""
-    iteration = run_iteration(run)
+    `launch_backward`). *iteration*: the run's, where the caller priced it already."""
+    iteration = iteration or run_iteration(run)
     times = TimeModel(run)
     launch_s = times.launch_s()
     found: dict[str, list] = {}

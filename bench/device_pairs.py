@@ -10,7 +10,7 @@ so what the pair's ratio shows is the parts and whatever else the pair's presets
 run-config fields the two rows differ in). For each: the measured seconds of the slower part over the
 faster's, ppb's, and ppb's GEMM seconds' (bench/decompose.py's class). A part whose measured ratio ppb's
 misses by the same factor across TP 1 and TP 4, FSDP and pipelines, FP8 and MXFP8 runs its kernels slower
-than ppb's catalog says, which no setting of the runs explains (docs/timing.md, "The NeMo Llama rows on
+than ppb's catalog says, which no setting of the runs explains (docs/timing-validation.md, "The NeMo Llama rows on
 Blackwell by setting (session 28)").
 """
 

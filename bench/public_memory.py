@@ -59,6 +59,7 @@ from ppb_core.model.walk import walk  # noqa: E402
 sys.path.insert(0, str(ROOT / "bench"))
 from _measure import machine  # noqa: E402
 from _public import (  # noqa: E402
+    BEFORE_V022,
     GPT_SMALL,
     LLAMA3_405B,
     LLAMA31_8B,
@@ -846,8 +847,10 @@ def _torchtitan_scale_rows() -> list[MeasuredPeak]:
             f"{TORCHTITAN}, {table}",
             {
                 **torchtitan_run(name, spec, par, seq, batch // micro_batches, micro_batches, "full", TITAN_H100_96GB),
-                # 9dec370 predates 83e694105's split units
+                # 9dec370 predates 83e694105's split units and ff0829c10's enable_gqa (`repeat_kv`: K and V
+                # copied out to every query head, what the CP rows' ring gathers): BEFORE_V022
                 "timing": {
+                    **BEFORE_V022,
                     **COMPILED_9DEC370,
                     "fsdp_units": "root",
                     **(FLOAT8_405B if spec is LLAMA3_405B else FLOAT8),
@@ -885,6 +888,8 @@ def _torchtitan_h200_rows() -> list[MeasuredPeak]:
                 # the file's command line: enable_fsdp_float8_all_gather, precompute_float8_dynamic_scale_for_fsdp
                 "timing": {
                     "fsdp_units": "root",  # e7c0cae predates 83e694105's split units
+                    "repeat_kv": True,  # and ff0829c10's enable_gqa (model.py `repeat_kv`)
+                    "sdpa_backend": "flash",  # and 6a3a9da95's cuDNN attention first
                     "torch_compile": True,
                     "matmul_dtype": "fp8",
                     "fp8_recipe": "tensorwise",
@@ -1013,14 +1018,19 @@ def _uncounted_gib(run: RunConfig, stage: int) -> float:
 
 def reserved_gib(row: MeasuredPeak) -> ReservedPools | None:
     """For a reserved torchtitan FSDP2 row, ppb's reserved estimate of the stage the measurement is read from:
-    its caching-allocator pools stream by stream (`ppb_core.memory.reserved`), None for other rows."""
+    its caching-allocator pools stream by stream (`ppb_core.memory.reserved`), None for other rows. Where the
+    figure is the largest over the ranks (`stage` None: the December 2024 file's footnote 1, "We take the maximum
+    across all GPUs"), the stage whose pools reserve the most, which need not be the stage of the largest
+    allocated peak."""
     run = config(row)
     if row.allocated:
         return None
     memory, layer_walk = MemoryModel(run), walk(run)
     peaks = run_stage_peaks(run, memory, layer_walk)
-    peak = max(peaks, key=lambda p: p.peak_bytes) if row.stage is None else peaks[row.stage]
-    return reserved_pools(memory, layer_walk, peak)
+    if row.stage is not None:
+        return reserved_pools(memory, layer_walk, peaks[row.stage])
+    every = [reserved_pools(memory, layer_walk, peak) for peak in peaks]
+    return max((pools for pools in every if pools is not None), key=lambda pools: pools.total_bytes, default=None)
 
 
 def predicted_after_step_gib(row: MeasuredPeak) -> float:

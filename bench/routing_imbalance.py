@@ -25,7 +25,7 @@ gap to be routing. Not a figure ppb uses.
 
 One measured anchor: the Qwen3 30B-A3B recipe ran 24.714 s a step with forced balance ("Megatron-Bridge Qwen3
 30B-A3B BF16 EP16 HybridEP (16 H100)") and 30.290 s with natural routing (the card's pretrain entry), ×1.226
-as cards29 reads the two rows; ppb's ratio of its natural-routing row at each share to its price at 1.0 is
+as session 29 reads the two rows; ppb's ratio of its natural-routing row at each share to its price at 1.0 is
 printed beside it.
 """
 

@@ -16,7 +16,7 @@ rate nearest to it:
 - GEMMs: cuBLAS BF16 on H100 SXM reaches ~783 TFLOP/s at 4096³ in short loops (XLA's measured
   sm_90 table, tensorflow/tensorflow third_party/xla/xla/service/gpu/model/matmul_interpolator_data.h,
   commit 372d578b) and 794.5 warm at its best shape (ml-engineering MAMF table, after 30 s of
-  matmuls; H100 SXM training logs read 1920-1980 MHz, docs/timing.md "Sustained clocks": the
+  matmuls; H100 SXM training logs read 1920-1980 MHz, docs/timing-validation.md "Sustained clocks": the
   700 W limit can hold at most ~3% of the gap below); a 600 W H200 NVL, the
   same die, runs these very shapes at ~600 (TransformerEngine docs/examples/gemm_profiling). What
   the benchmark's own GEMMs ran at follows from its BF16 and FP8 rows: TE's profiling example

@@ -1,7 +1,7 @@
 """The public runs' signed errors by feature: which settings the misses follow, device by device.
 
     python bench/trends.py [--table] [--within device|group|cell] [--pairs] [--terms] [--where FEATURE=VALUE ...]
-        [--classes] [--dump|--rows FILE]
+        [--classes] [--overlap] [--dump|--rows FILE]
 
 Each row of bench/public_runs.py is read back through its run config (`features`): framework, device,
 precision (BF16, or FP8 with its recipe), model size and family, dense or MoE, the parallel sizes (TP, PP, VP,
@@ -25,7 +25,10 @@ fits the published seconds as ppb's times one rate per device, group or cell plu
 ppb's own terms scaled): a term the runs spend that ppb leaves out or prices too cheaply, the same in every
 framework, has a positive coefficient (`term_fit`). `--classes` (when pricing) also collects bench/decompose.py's
 GEMM, attention and recompute-rerun seconds of each row (`CLASSES`; ~2 minutes more), which `--terms` then fits
-as ppb's own terms are: the share of a kernel class ppb misses beside the rows' rate. `--where
+as ppb's own terms are: the share of a kernel class ppb misses beside the rows' rate. `--overlap` (when pricing)
+prices each row again with every collective beside compute taking all the device's SMs (`overlap_in_full_s`;
+~3 minutes more): what ppb's overlap would cost charged in full, a term `--terms` fits as the share of it the
+runs spend beyond ppb's charge (the compute a concurrent collective slows, timing-validation.md, session 33). `--where
 moe=dense` keeps the rows of one value (repeatable); `--rows FILE` reads the rows an earlier run
 dumped (`--dump FILE`) to skip the ~2 minutes of pricing.
 Nothing here prices anything: it reads the rows and ppb's iteration as they are.
@@ -33,12 +36,14 @@ Nothing here prices anything: it reads the rows and ppb's iteration as they are.
 
 from __future__ import annotations
 
+import copy
 import json
 import math
 import statistics
 import sys
 from collections import defaultdict
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -46,12 +51,13 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
-from decompose import RECOMPUTE_CLASS, decompose_run  # noqa: E402
+from decompose import RECOMPUTE_CLASS, decompose_run, layer_hosts  # noqa: E402
 from public_runs import GROUPS, PublicRun, config, public_runs, row_iteration  # noqa: E402
 
 from ppb_core.config.recompute import MegatronRecompute, TorchtitanRecompute  # noqa: E402
 from ppb_core.config.run import RunConfig  # noqa: E402
 from ppb_core.timing.iteration import Iteration  # noqa: E402
+from ppb_core.timing.pricer import TimeModel  # noqa: E402
 
 WITHIN = ("device", "group", "cell")  # what a residual is taken against (a cell: one device in one group)
 MIN_ROWS = 5  # a device's (or group's) rows below this many leave the rank correlations out
@@ -60,6 +66,7 @@ SHARES = ("bubble", "p2p", "dp_communication", "fsdp_communication", "optimizer"
 # bench/decompose.py's op classes whose share of ppb's seconds `--classes` collects (`class_shares`): the busiest
 # stage's layers' GEMMs, flash/unfused attention cores and recompute reruns, each a micro-batch times m
 CLASSES = {"gemm": "GEMMs", "attention": "attention", "rerun": RECOMPUTE_CLASS}
+OVERLAP_TERM = "overlap_full_s"  # the row's `overlap_in_full_s`, collected with `--overlap`
 
 
 def group_of(source: str) -> str:
@@ -141,11 +148,26 @@ def features(row: PublicRun, run: RunConfig, iteration: Iteration) -> dict[str, 
     for name in SHARES:
         found[f"share_{name}"] = iteration.breakdown.get(name, 0.0) / iteration.seconds
     found["share_host_wait"] = iteration.host_wait_seconds / iteration.seconds
+    found["host_per_gpu"] = host_per_gpu(run, iteration)
     found["ppb_mfu"] = iteration.mfu
     # the busiest stage's work for one layer and micro-batch, forward and backward: short ones are where a
     # fixed cost a kernel, a layer or a micro-batch would show
     found["layer_mb_ms"] = 1e3 * iteration.breakdown["compute"] / (m * spec.num_layers / par.pp)
     return found
+
+
+def host_per_gpu(run: RunConfig, iteration: Iteration) -> float:
+    """Under Megatron, the busiest stage's layers' host launch time over their GPU work, forward and backward
+    a micro-batch (bench/decompose.py `layer_hosts`); 0 elsewhere (no launch count). Below 1 ppb charges the
+    host nothing (`host.host_excess_s`), so this shows how near a layer runs to its host where no wait is
+    priced."""
+    if run.framework != "megatron":
+        return 0.0
+    launch_s = TimeModel(run).launch_s()
+    hosts = layer_hosts(run, iteration)
+    gpu_ms = sum(count * (forward + backward) for _, count, forward, backward, _, _ in hosts)
+    host_ms = sum(count * (forward + backward) * launch_s * 1e3 for _, count, _, _, forward, backward in hosts)
+    return host_ms / gpu_ms if gpu_ms > 0 else 0.0
 
 
 def class_shares(run: RunConfig, name: str) -> dict[str, float]:
@@ -157,9 +179,25 @@ def class_shares(run: RunConfig, name: str) -> dict[str, float]:
     }
 
 
-def collect(rows: Sequence[PublicRun] | None = None, classes: bool = False) -> list[dict[str, Any]]:
+def overlap_in_full_s(row: PublicRun, run: RunConfig, seconds: float) -> float:
+    """What the row's iteration adds over its *seconds* when every collective that runs beside compute takes all
+    the device's SMs (the device's `comm_sms` at its `sm_count`: `Kernels.contention` 1): each second of
+    collective hidden behind compute then costs the compute a full second, as if the pair ran one after the
+    other. ppb charges `comm_sms / sm_count` of it; a run that spends a share β of this term beyond ppb shows β
+    in `term_fit`. Collectives priced otherwise keep their price: a flex dispatcher's own SMs (`Collective.sms`),
+    the persistent GEMMs' late CTAs (`kernels.persistent_added_s`), copy-engine transfers (`timing/symm_mem.py`,
+    userbuffers' ring exchange)."""
+    raw = copy.deepcopy(row.raw)
+    device = raw["device"] if isinstance(raw["device"], dict) else {"name": raw["device"]}
+    raw["device"] = device | {"comm_sms": run.device.profile().sm_count}
+    return row_iteration(replace(row, raw=raw)).seconds - seconds
+
+
+def collect(
+    rows: Sequence[PublicRun] | None = None, classes: bool = False, overlap: bool = False
+) -> list[dict[str, Any]]:
     """Every row's name, features, published and predicted seconds and signed error (with *classes*, the
-    op classes' shares, `class_shares`)."""
+    op classes' shares, `class_shares`; with *overlap*, `overlap_in_full_s` as `overlap_full_s`)."""
     found = []
     for row in rows or public_runs():
         run = config(row)
@@ -172,6 +210,7 @@ def collect(rows: Sequence[PublicRun] | None = None, classes: bool = False) -> l
                 "ppb_s": iteration.seconds,
                 "error": iteration.seconds / row.seconds - 1,
                 **(class_shares(run, row.name) if classes else {}),
+                **({"overlap_full_s": overlap_in_full_s(row, run, iteration.seconds)} if overlap else {}),
             }
         )
     return found
@@ -315,6 +354,7 @@ FEATURES = (
     "release",
     *(f"share_{name}" for name in SHARES),
     "share_host_wait",
+    "host_per_gpu",
     "ppb_mfu",
     "layer_mb_ms",
 )
@@ -454,6 +494,8 @@ TERMS: tuple[tuple[str, str, Callable[[dict[str, Any]], float]], ...] = (
         )
         for name in CLASSES
     ),
+    # `--overlap`: ppb's hidden collective time charged in full less ppb's charge (`overlap_in_full_s`)
+    ("ppb's overlap in full", "of the full charge missing", lambda row: row[OVERLAP_TERM]),
 )
 
 
@@ -501,6 +543,9 @@ def print_terms(rows: Sequence[dict[str, Any]], within: str) -> None:
         if name.endswith("(class)") and any(f"share_{name.split()[1]}" not in row for row in rows):
             print(f"  {name:28s} not collected (--classes with --dump, or a dump made with it)")
             continue
+        if name == "ppb's overlap in full" and any(OVERLAP_TERM not in row for row in rows):
+            print(f"  {name:28s} not collected (--overlap with --dump, or a dump made with it)")
+            continue
         coefficient, t = term_fit(rows, term, within)
         print(f"  {name:28s} {coefficient:+9.3f} {unit:34s} t {t:+5.1f}")
 
@@ -524,7 +569,11 @@ def main(argv: list[str]) -> int:
         print(f"bench/trends.py: --within {within}: one of {', '.join(WITHIN)}", file=sys.stderr)
         return 2
     dumped = option(argv, "--rows")
-    rows = json.loads(Path(dumped).read_text()) if dumped else collect(classes="--classes" in argv)
+    rows = (
+        json.loads(Path(dumped).read_text())
+        if dumped
+        else collect(classes="--classes" in argv, overlap="--overlap" in argv)
+    )
     if dump := option(argv, "--dump"):
         Path(dump).write_text(json.dumps(rows, indent=1))
     rows = kept(rows, argv)

@@ -1,10 +1,10 @@
 """`python -m pipelines RUN_CONFIG...`: build run configs through Dagster, then say what happened.
 
-For each run config (its file stem under configs/), the partition is registered and every stage
-materialized in one run, recorded in the Dagster instance at $DAGSTER_HOME, where `dagster dev`
-shows it with its whole log. The terminal gets what a person wants to know: whether each stage
-of the plan fits, the plan's iteration time and gain, and where the report is; or the one line
-that says what went wrong.
+For each run config (its file stem under configs/, or under PPB_CONFIG_DIR's folder; or the path of a
+file there), the partition is registered and every stage materialized in one run, recorded in the
+Dagster instance at $DAGSTER_HOME, where `dagster dev` shows it with its whole log. The terminal gets
+what a person wants to know: whether each stage of the plan fits, the plan's iteration time and gain,
+and where the report is; or the one line that says what went wrong.
 """
 
 from __future__ import annotations
@@ -116,7 +116,11 @@ def partition_of(given: str, found: dict[str, Path]) -> str:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = OneLineParser(prog=PROG, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument(
-        "keys", nargs="+", metavar="RUN_CONFIG", help="a run config's name: its file stem under configs/"
+        "keys",
+        nargs="+",
+        metavar="RUN_CONFIG",
+        help="a run config's name: its file stem under configs/ (PPB_CONFIG_DIR sets the folder), or the path of "
+        "a file there",
     )
     parser.add_argument(
         "-t",

@@ -175,3 +175,17 @@ GPT_OSS_ATTENTION_LAYER = {
     "head_dim": 64,
     "intermediate_size": 2880,
 }
+
+# A small DeepSeek-style MLA layer: h=1024, a=8, q latent 256, kv latent 128, nope 64, rope 32, v 64.
+MLA_H1024 = {
+    "vocab_size": 1000,
+    "hidden_size": 1024,
+    "num_layers": 1,
+    "num_attention_heads": 8,
+    "intermediate_size": 2048,
+    "q_lora_rank": 256,
+    "kv_lora_rank": 128,
+    "qk_nope_head_dim": 64,
+    "qk_rope_head_dim": 32,
+    "v_head_dim": 64,
+}

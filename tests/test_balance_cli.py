@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from ppb_core.cli.balance import _no_plan, stopped_words
+from ppb_core.balance.result import stopped_words
+from ppb_core.cli.balance import _no_plan
 from ppb_core.cli.main import main
 
 DATA = Path(__file__).parent / "data"
@@ -253,6 +254,8 @@ def test_a_mindformers_run_config_s_plan_is_said_in_its_yaml_not_as_megatron_fla
     assert main(["check", str(run), "--plan", str(plan), "-q"]) in (0, 1)
     out = capsys.readouterr().out
     assert "the balancer's plan" in out and "Megatron-LM" not in out
+    # its optimum in the yaml's words, the only ones a MindFormers user has
+    assert "; offset [" in out and "select_comm_recompute [" in out
 
 
 @pytest.mark.parametrize(
@@ -263,7 +266,7 @@ def test_a_mindformers_run_config_s_plan_is_said_in_its_yaml_not_as_megatron_fla
     ],
 )
 def test_a_megatron_or_torchtitan_run_config_s_plan_prints_no_mindformers_yaml(
-    capsys: pytest.CaptureFixture[str], config: str, said: str
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, config: str, said: str
 ) -> None:
     """A run config's plan is said in its framework's words: the MindFormers / HyperParallel yaml block (offset
     and the recompute lists) is noise to a Megatron-LM or torchtitan user (found in user QA); its JSON keeps them."""
@@ -272,6 +275,18 @@ def test_a_megatron_or_torchtitan_run_config_s_plan_prints_no_mindformers_yaml(
     assert "MindFormers" not in out and "offset:" not in out and "select_recompute" not in out
     code, out, _ = _run(capsys, str(CONFIGS / config), "-q", "--json")
     assert code == 0 and "offset" in json.loads(out)
+    # `ppb check`'s optimum the same (session 33: it printed "offset [0, 1, 1, -2], recompute [0, 0, 0, 0], ..."
+    # beside the Megatron-LM flags and the torchtitan lines); its JSON keeps them
+    plan = tmp_path / "plan.toml"
+    plan.write_text('[activation_checkpoint]\nmode = "selective"\nselective_ac_option = "op"\n')
+    given = str(plan) if "torchtitan" in config else "--pipeline-model-parallel-layout 'Et*8|t*8|t*8|t*8L'"
+    assert main(["check", str(CONFIGS / config), "--plan", given, "-q"]) == 0
+    out = capsys.readouterr().out
+    assert "the balancer's plan (proven optimal): iteration " in out and said in out
+    assert "offset [" not in out and "select_recompute" not in out
+    assert main(["check", str(CONFIGS / config), "--plan", given, "-q", "--json"]) == 0
+    optimum = json.loads(capsys.readouterr().out)["optimum"]
+    assert "offset" in optimum and optimum["yaml_keys_said"] is False
 
 
 def test_a_uniform_split_fits_by_the_peak_beside_it_and_the_gain_is_over_one_that_fits(

@@ -25,7 +25,7 @@ from ppb_core.balance.progress import Clock, Reporter, WorkLimits
 from ppb_core.payload.sapp import layer_set
 from ppb_core.schedules import canonical, cell_order, in_flight_vectors
 
-PARAMETER_MB, NONE_MB, SLCT_MB = 1435, 899, 898  # the Qwen3 30B-A3B layer's figures (search24)
+PARAMETER_MB, NONE_MB, SLCT_MB = 1435, 899, 898  # the Qwen3 30B-A3B layer's figures (session 24)
 
 
 def _near_body(layers: int) -> dict:

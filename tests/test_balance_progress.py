@@ -69,10 +69,28 @@ def test_the_hook_shows_seconds_when_the_unit_is_known(monkeypatch: pytest.Monke
     monkeypatch.setattr(console, "PIPED_EVERY_S", 0.0)
     written: list[str] = []
     monkeypatch.setattr(console, "PlainLines", lambda: PlainLines(write=written.append))
+    clock = iter([50.0, 52.0])  # the hook made at 50 s, the step heard at 52 s: 2.0 s into the command
+    monkeypatch.setattr(console.time, "perf_counter", lambda: next(clock))
     with progress_hook(unit_s=1e-3) as hook:
         assert hook is not None
         hook(Progress("round", "round 1", 2.0, incumbent=3271.0, bound=3104.0))
     assert written == ["[2.0 s] round: incumbent 3.271 s, bound 3.104 s, gap 5.11% — round 1"]
+
+
+def test_two_solves_of_one_command_keep_one_clock(monkeypatch: pytest.MonkeyPatch) -> None:
+    """DeepSeek-V3's balance solves MTP with the loss, then apart: the second solve's steps printed its own
+    clock, `[14.0 s] done` then `[6.3 s] probing` (session 33). The command's clock now: made at 100 s, the first
+    solve's end heard at 114.0 s (its own 14.0 s), the second's step at 120.3 s (its own 6.3 s): 14.0 and 20.3 s."""
+    monkeypatch.setattr(console, "PIPED_EVERY_S", 0.0)
+    written: list[str] = []
+    monkeypatch.setattr(console, "PlainLines", lambda: PlainLines(write=written.append))
+    clock = iter([100.0, 114.0, 120.3])
+    monkeypatch.setattr(console.time, "perf_counter", lambda: next(clock))
+    with progress_hook() as hook:
+        assert hook is not None
+        hook(Progress("done", "proven optimal", 14.0))
+        hook(Progress("probing", "round 1", 6.3))
+    assert written == ["[14.0 s] done — proven optimal", "[20.3 s] probing — round 1"]
 
 
 def test_a_model_that_cannot_fit_reports_its_least_memory_search(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -212,3 +212,55 @@ def test_class_shares_of_the_177b_row(bench):
     shares = bench.collect([row], classes=True)[0]
     assert shares["share_rerun"] == 0.0
     assert 0 < shares["share_attention"] < shares["share_gemm"] < 1
+
+
+def test_the_overlap_term_reads_the_collected_full_charge(bench):
+    # published = ppb · 1.05 + 0.25 · overlap_full_s, one cell: ppb 1, term 0.2 -> 1.05 + 0.05 = 1.1;
+    # ppb 2, term 0 -> 2.1; ppb 1, term 0.4 -> 1.05 + 0.1 = 1.15
+    made = [(1.0, 0.2, 1.1), (2.0, 0.0, 2.1), (1.0, 0.4, 1.15)]
+    rows = [
+        {"cell": "a", "published_s": published, "ppb_s": ppb, "error": ppb / published - 1, "overlap_full_s": term}
+        for ppb, term, published in made
+    ]
+    term = next(term for name, _, term in bench.TERMS if name == "ppb's overlap in full")
+    slope, _ = bench.term_fit(rows, term, "cell")
+    assert slope == pytest.approx(0.25)
+
+
+def test_the_overlap_term_without_collection_says_so(bench, capsys):
+    rows = [{"cell": "a", "published_s": 1.0, "ppb_s": 1.0, "error": 0.0, "m": 1, "nodes": 1, "dp": 1}]
+    rows[0].update({f"share_{name}": 0.0 for name in (*bench.SHARES, "host_wait")})
+    bench.print_terms(rows, "cell")
+    printed = capsys.readouterr().out
+    assert "ppb's overlap in full" in printed and "--overlap" in printed
+
+
+def test_the_full_charge_of_the_177b_row_s_overlap(bench):
+    # The README's 177B (TP 8, PP 6, DP 48, --overlap-grad-reduce and --overlap-param-gather, core_r0.8.0): its
+    # data-parallel reduce-scatter hides behind the last backward and its parameter all-gather behind the next
+    # forward, each slowing the compute beside it by 16 / 132 of the hidden time on H100 (`Kernels.contention`).
+    # With every collective taking all 132 SMs, a hidden second costs a full second (exposed = c − share·c +
+    # max(share·c − partner, 1 · hidden) = c while the collective is the shorter): the step can only grow, and
+    # by no more than the collectives' whole link time, the bound of running them after the compute.
+    row = next(r for r in bench.public_runs() if r.name.startswith("Megatron GPT 177B ("))
+    iteration = bench.row_iteration(row)
+    added = bench.overlap_in_full_s(row, bench.config(row), iteration.seconds)
+    assert 0 < added <= sum(iteration.link_seconds.values())
+
+
+def test_host_per_gpu_is_the_layers_launches_at_the_h100_host_time_over_their_gpu_work(bench, row_177b):
+    # DGX H100's host time a launch, 80.9 us (ppb_core/config/devices.py HOST_KERNEL_US_DGX_H100, the median of
+    # Megatron CI's host-bound dense cases): the busiest stage's layers' launches (forward + backward, each
+    # kind times its count) at 80.9 us, over their GPU milliseconds a micro-batch
+    row = next(r for r in bench.public_runs() if r.name.startswith("Megatron GPT 177B ("))
+    hosts = bench.layer_hosts(bench.config(row))
+    launches = sum(count * (forward + backward) for _, count, _, _, forward, backward in hosts)
+    gpu_ms = sum(count * (forward + backward) for _, count, forward, backward, _, _ in hosts)
+    assert row_177b["host_per_gpu"] == pytest.approx(launches * 80.9e-3 / gpu_ms, rel=1e-9)
+    assert 0 < row_177b["host_per_gpu"] < 1  # a 12288-wide TP 8 layer: GPU-bound
+
+
+def test_host_per_gpu_is_zero_outside_megatron(bench):
+    # torchtitan's rows carry no launch count (ppb prices no host for them)
+    row = next(r for r in bench.public_runs() if r.name.startswith("torchtitan Llama 3.1 8B FSDP (8 H100)"))
+    assert bench.collect([row])[0]["host_per_gpu"] == 0.0

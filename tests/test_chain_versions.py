@@ -49,8 +49,9 @@ def test_a_cli_only_edit_stales_nothing() -> None:
     [
         # The report's renderer runs in plan_report alone (its artifacts).
         ("report/render.py", {"plan_report"}),
-        # MindFormers' yaml and the plan's outputs: only the balancer's stage computes them.
-        ("balance/outputs.py", {"pipeline_plan"}),
+        # MindFormers' yaml and the plan's outputs: the balancer's stage computes them, and the report
+        # says the yaml keys only where they are the plan's words (`says_yaml_keys`, as `ppb balance`).
+        ("balance/outputs.py", {"pipeline_plan", "plan_report"}),
         # combine, withdraw and scale: the three post-processing stages, and the two that turn the
         # balancer's relative times back into seconds (`estimate.plan` takes the time unit scaling
         # divided by, the combined body's forward). Not describing or profiling (payload/describe.py

@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from ppb_core.cli.check import render
 from ppb_core.cli.main import main
 
 CONFIGS = Path(__file__).parent.parent / "configs"
@@ -763,3 +764,34 @@ def test_a_pasted_plan_text_that_is_no_flags_is_one_line(capsys) -> None:
         "ppb: error: --plan: text that is not Megatron-LM flags (--...): a MindFormers yaml (.yaml, .yml), a plan "
         "JSON or a torchtitan TOML (.toml) is given as its file"
     ]
+
+
+def test_an_optimum_not_proven_says_why_the_solve_ended(capsys: pytest.CaptureFixture[str]) -> None:
+    """A solve its deterministic work limits ended has the status "time_limit" (no proof), which `ppb check`
+    printed bare, "the balancer's plan (time_limit)", to a user who set no time limit (Llama 3 70B at PP 4 VPP 5,
+    session 33); it says now what `ppb balance` says, with the gap: 0.0335 is 3.35%."""
+    code, out = _check(capsys, CONFIGS / "llama3-8b.yaml", "--pipeline-model-parallel-layout 'Et*8|t*8|t*8|t*8L'")
+    assert code == 0 and out["optimum"]["status"] == "optimal"
+    render(out)
+    assert "the balancer's plan (proven optimal): iteration " in capsys.readouterr().out
+    out["optimum"].update(status="time_limit", stopped_by="work_limit", gap=0.0335)
+    render(out)
+    printed = capsys.readouterr().out
+    assert "the balancer's plan (stopped at its work limits (the same plan on every run), gap 3.35%): " in printed
+    assert "time_limit" not in printed
+
+
+def test_a_plan_that_is_the_balancers_says_nothing_to_change(capsys: pytest.CaptureFixture[str]) -> None:
+    """README's quick-start plan for configs/llama3-8b.yaml is 'Et*8|t*9|t*9|t*6L', nothing recomputed (3.962 s): given
+    as the user's flags, the check printed that same layout and `--decoder-first/last-pipeline-num-layers` to paste,
+    "1.000× yours" (session 33, on Megatron-LM's gpt3 175B example). The even split is not it: its optimum is said."""
+    code, out = _check(capsys, CONFIGS / "llama3-8b.yaml", "--pipeline-model-parallel-layout 'Et*8|t*9|t*9|t*6L'")
+    assert code == 0 and out["optimum"]["same_as_yours"] is True
+    render(out)
+    printed = capsys.readouterr().out
+    assert "the balancer's plan (proven optimal) is yours: the same split and recompute, nothing to change" in printed
+    assert "Megatron-LM:" not in printed
+    code, out = _check(capsys, CONFIGS / "llama3-8b.yaml", "--pipeline-model-parallel-layout 'Et*8|t*8|t*8|t*8L'")
+    assert code == 0 and out["optimum"]["same_as_yours"] is False
+    render(out)
+    assert "Megatron-LM: --pipeline-model-parallel-layout 'Et*8|t*9|t*9|t*6L'" in capsys.readouterr().out

@@ -321,8 +321,12 @@ def test_megatron_lms_own_launch_scripts_parse(capsys: pytest.CaptureFixture[str
         # a `case` arm's pattern is the script's own option, not pretrain_gpt.py's
         (
             'case $1 in\n  --checkpoint-path)\n    CKPT="$2"\n    shift 2\n    ;;\nesac\n--tp 2',
-            ["case", "$1", "in", "shift", "2", ";;", "esac", "--tp", "2"],
+            ["case", "$1", "in", "shift", "2", "esac", "--tp", "2"],
         ),
+        # `;` separates commands as a newline does (bash(1), Lists): TP is 8, not "8;"; a quoted one is a character
+        ("TP=8; PP=4;\n--tp $TP --pp $PP;", ["--tp", "8", "--pp", "4"]),
+        ('X="a;b"\n--x $X', ["--x", "a;b"]),
+        ("if [ 1 = 1 ]; then --a; fi;", ["if", "then", "--a", "fi"]),
     ],
 )
 def test_a_scripts_words_as_the_shell_reads_them(text: str, words: list[str]) -> None:

@@ -116,3 +116,11 @@ def test_megatrons_own_flags_near_one_ppb_reads_are_read_past(capsys: pytest.Cap
     code = main(["check", str(CONFIGS / "llama3-8b.yaml"), "--plan", f"{LAYOUT} {flags}", "--no-optimum", "-q"])
     assert code == 0, capsys.readouterr().err
     assert parse_flags(f"{LAYOUT} --fp4-format e2m1").layout is not None  # read past, not refused
+
+
+def test_the_recompute_priced_is_said_in_the_run_configs_words(capsys: pytest.CaptureFixture[str]) -> None:
+    # the text's line named the modules as Python's list, "modules ['core_attn', 'mlp']" (session 33)
+    flags = f"{LAYOUT} --recompute-granularity selective --recompute-modules core_attn mlp"
+    assert main(["check", str(CONFIGS / "llama3-8b.yaml"), "--plan", flags, "--no-optimum"]) == 0
+    out = capsys.readouterr().out
+    assert "recompute priced as the plan says (granularity selective, modules [core_attn, mlp])" in out

@@ -252,11 +252,14 @@ def test_torchtitan_refuses_more_tensor_ranks_than_key_value_heads():
 def test_torchtitan_with_context_parallelism_shards_never_replicates():
     # torchtitan v0.2.2 parallel_dims.py: fsdp_enabled = dp_shard_enabled or cp_enabled, and parallelize.py
     # applies FSDP2 over dp_shard·cp whenever it holds: cp 2 with zero 0 (replicate, DDP) is not a run it makes;
-    # with cp 1 replicate is DDP (apply_ddp), and FSDP2 runs at any cp
+    # with cp 1 replicate is DDP (apply_ddp) where nothing else parallelizes ("DDP has not supported > 1D
+    # parallelism" beside tp 2: session 33), and FSDP2 runs at any cp
     base = _raw(parallel__dp=2, parallel__pp=1, parallel__tp=2)
     titan = {**base, "framework": "torchtitan"}
     titan["parallel"] = {**base["parallel"], "zero": 0}
-    parse_run_config(titan, "run.yaml")  # cp 1: DDP
+    assert "replicates by DDP alone" in _error(titan).problem
+    titan["parallel"] = {**base["parallel"], "zero": 0, "tp": 1, "dp": 4}
+    parse_run_config(titan, "run.yaml")  # cp 1, nothing beside it: DDP
     titan["parallel"] = {**base["parallel"], "zero": 0, "cp": 2, "dp": 1}
     error = _error(titan)
     assert error.field == "parallel.zero" and "whenever cp > 1" in error.problem

@@ -169,6 +169,28 @@ def test_words_of_another_framework_are_refused_in_one_line(recompute, framework
         ("fully", None, "training.recompute", "'full'"),
         ({"softmax": 2}, None, "training.recompute.softmax", "less than or equal to 1"),
         ({"softmx": 0}, None, "training.recompute", "unknown switch 'softmx'"),
+        # MindFormers' recompute_config words (TransformerRecomputeConfig), as a MindFormers user writes them: said
+        # as its words with ppb's for them, where they read "Input should be a valid dictionary (got true)" and
+        # "training.recompute.recompute: Input should be a valid integer (got true)" (session 33)
+        (
+            True,
+            "mindformers",
+            "training.recompute",
+            "true: MindFormers' recompute_config word; a run config says `full`",
+        ),
+        (
+            False,
+            "mindformers",
+            "training.recompute",
+            "false: MindFormers' recompute_config word; a run config says `{}`",
+        ),
+        (
+            {"recompute": True, "select_recompute": False},
+            "mindformers",
+            "training.recompute",
+            "recompute, select_recompute: MindFormers' recompute_config words; in a run config say `full`",
+        ),
+        ({"select_comm_recompute": True}, None, "training.recompute", "select_comm_recompute: MindFormers'"),
     ],
 )
 def test_bad_recompute_names_the_field(recompute, framework, field, words):
@@ -234,7 +256,23 @@ def test_a_zero_stage_beside_fsdp_is_refused_in_one_line(framework: str, zero: i
 def test_torchtitan_shards_with_fsdp_or_replicates():
     # torchtitan's data parallelism is fully_shard (FSDP2) or replicate: no ZeRO-1/2.
     assert _run(framework="torchtitan").shard_level == 3  # zero left at its default: FSDP
-    assert _run(framework="torchtitan", parallel={"dp": 2, "tp": 2, "pp": 2, "zero": 0}).shard_level == 0
+    # replicate beside TP or PP: torchtitan v0.2.2 runs DDP, which raises "DDP has not supported > 1D parallelism"
+    # (models/llama3/infra/parallelize.py); its composable replicate from e1847f439 (2026-03-09) runs it
+    replicated = {"dp": 2, "tp": 2, "pp": 2, "zero": 0}
+    later = {"framework_release": {"torchtitan": "2026-03-09"}}
+    assert _run(framework="torchtitan", parallel=replicated, **later).shard_level == 0
+    for parallel in (replicated, {**replicated, "tp": 1}, {**replicated, "pp": 1}):
+        with pytest.raises(InputError) as caught:
+            _run(framework="torchtitan", parallel=parallel)
+        assert caught.value.field == "parallel.zero" and "\n" not in str(caught.value)
+        assert "replicate (zero 0) over dp 2 beside " in caught.value.problem
+        assert "torchtitan v0.2.2 replicates by DDP alone" in caught.value.problem
+    with pytest.raises(InputError) as caught:
+        _run(framework="torchtitan", parallel=replicated, framework_release={"torchtitan": "2026-03-08"})
+    assert "beside tp 2, pp 2: torchtitan 2026-03-08 replicates by DDP alone" in caught.value.problem
+    # nothing else beside it (dp 8: the replicate mesh is the world), or no replicate (dp 1): DDP runs, or none
+    assert _run(framework="torchtitan", parallel={"dp": 8, "tp": 1, "pp": 1, "zero": 0}).shard_level == 0
+    assert _run(framework="torchtitan", parallel={"dp": 1, "tp": 2, "pp": 2, "zero": 0}).shard_level == 0
     assert _run(framework="torchtitan", parallel={"dp": 2, "tp": 2, "pp": 2, "fsdp": True}).shard_level == 3
     assert _run(parallel={"dp": 2, "tp": 2, "pp": 2, "zero": 2}).shard_level == 2  # megatron keeps ZeRO levels
     with pytest.raises(InputError) as caught:

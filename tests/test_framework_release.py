@@ -90,6 +90,16 @@ def _released(run, **release: str):
         ("transformer_engine", "1.14.0", "te_fp8_input_transposed_in_forward", False),
         ("transformer_engine", "v1.10", "te_fp8_scale_inv_with_data", False),
         ("transformer_engine", "v2.0", "te_fp8_input_transposed_in_forward", True),
+        ("transformer_engine", "1.14", "te_fp8_non_tn_gemm_sm100", False),
+        ("transformer_engine", "2025-01-27", "te_fp8_non_tn_gemm_sm100", True),
+        # git tag --contains: ba5dc5dde (2025-04-08) v2.3 on, 0828aa860 (2025-04-29) v2.4 on; NeMo 25.04's TE
+        # (2025-03-18, bench/_nemo2.py) holds neither
+        ("transformer_engine", "v2.2", "te_cp2_p2p_unbatched", False),
+        ("transformer_engine", "2025-03-18", "te_cp2_p2p_unbatched", False),
+        ("transformer_engine", "v2.3", "te_cp2_p2p_unbatched", True),
+        ("transformer_engine", "v2.3", "te_cp2_p2p_batched_before_sm100", False),
+        ("transformer_engine", "2025-04-29", "te_cp2_p2p_batched_before_sm100", True),
+        ("transformer_engine", "2.7.0", "te_cp2_p2p_batched_before_sm100", True),
     ],
 )
 def test_a_release_holds_a_change_from_its_commit_or_first_release(library, value, change, holds):

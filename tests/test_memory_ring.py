@@ -67,6 +67,32 @@ def test_torchtitan_ring_workspaces(cp, forward, backward):
     assert (held.forward_transient_bytes, held.transient_bytes) == (forward, backward)
 
 
+# torchtitan before ff0829c10 (9dec370 models/llama/model.py `Attention.forward`): `repeat_kv` copies K and V out
+# to every query head before SDPA, so the ring gathers, concatenates and exchanges the widened ones,
+# C_w = 32·(2·4·16)·2 = 8192 = 4·C; the non-CP dK, dV the ring's replace stay the layer's own C.
+C_WIDE = 8192
+
+
+@pytest.mark.parametrize(
+    "cp, forward, backward",
+    [
+        # forward cp·C_w + 8·O = 16384 + 32768; backward 2·Q + (cp + 9.5)·C_w − C = 8192 + 94208 − 2048
+        (2, 49152, 100352),
+        (4, 65536, 116736),  # 32768 + 32768; 8192 + 13.5·8192 − 2048
+    ],
+)
+def test_torchtitan_ring_workspaces_with_repeat_kv(cp, forward, backward):
+    run = make_run(
+        SPEC, parallel={"cp": cp}, training={"seq_length": 32 * cp}, framework="torchtitan", timing={"repeat_kv": True}
+    )
+    memory = model(run)
+    assert memory.setup.repeat_kv
+    assert ring_bytes(body(run).kind, memory.setup, widened=True) == (Q, O, C_WIDE)
+    terms = {t.name: t.bytes for t in torch_ring_terms(body(run).kind, memory.setup)}
+    assert terms == {"attention.ring_forward_merge": forward, "attention.ring_backward_sums": backward}
+    assert not model(_run("torchtitan", cp)).setup.repeat_kv  # v0.2.2's enable_gqa: the default
+
+
 @pytest.mark.parametrize("framework", ["megatron", "torchtitan"])
 def test_ring_workspaces_stay_under_recompute(framework):
     # a workspace of the pass: no switch drops it, and full recompute runs the forward again

@@ -80,7 +80,7 @@ def bench():
     return load_bench("public_runs")
 
 
-# NeMo's runs that ppb put over their device before its FP8 caches (ultra26's report): 26.04's Qwen3 30B-A3B at
+# NeMo's runs that ppb put over their device before its FP8 caches (session 26's report): 26.04's Qwen3 30B-A3B at
 # MBS 8 (290,906 MiB on GB300's 284,208 and B300's 275,040), the 70B FSDP + CPU offload row (299,002) and the GB200
 # 405B FP8 TP4 PP16 row (195,628 on 190,464); DeepSeek-V3 as its report trained (94,583 on H800's 81,559,
 # without the report's FP8 caches and BF16 moments). They trained.

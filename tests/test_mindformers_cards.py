@@ -169,6 +169,12 @@ def test_every_card_row_is_its_yaml_and_readme(cards):
             assert card.rotary_dtype == rotary
         else:
             assert card.rotary_dtype is None
+        # model_config.softmax_compute_type (LlamaConfig's default float32) where `_attn` runs it: unfused under O1
+        if not card.flash_attention and card.jit_level == "O1":
+            softmax = {"float32": "fp32", **dtypes}[model.get("softmax_compute_type", "float32")]
+            assert card.softmax_dtype == softmax
+        else:
+            assert card.softmax_dtype is None
         assert "pipeline_config" not in config["parallel"]
         assert (model.get("offset") or 0) == (list(card.offset) if card.offset else 0)
         spec = card.spec

@@ -245,6 +245,28 @@ def test_the_report_agrees_with_the_plan(planned) -> None:
     files = chain.stage_artifacts("plan_report", tables["plan_report"])
     assert files[".png"][:8] == b"\x89PNG\r\n\x1a\n"
     assert f"![memory and time per stage]({key}.png)" in files[".md"].decode()
+    # said as `ppb balance` says it (session 33): why the solve ended, not the bare status ("time_limit" where the
+    # work limits stopped it), and a Megatron run's plan in its flags, without MindFormers' offset and lists
+    text = files[".md"].decode()
+    assert "- **balancer**: proven optimal, gap 0\n" in text
+    assert "- **Megatron-LM**: `--pipeline-model-parallel-layout '" in text
+    assert "**offset**" not in text and "**select_recompute**" not in text
+
+
+def test_a_mindformers_report_says_the_plan_in_the_yamls_keys(planned, tmp_path: Path) -> None:
+    """The same plan reported for a `framework: mindformers` run: its offset and recompute lists are the only words
+    a MindFormers user has for it, and no Megatron-LM line."""
+    key, tables = planned
+    text = (CONFIGS / f"{key}.yaml").read_text().replace("config: hf/", f"config: {CONFIGS / 'hf'}/")
+    run = tmp_path / f"{key}.yaml"
+    run.write_text("framework: mindformers\n" + text)
+    run_config = chain.run_chain(run, until="run_config")["run_config"]
+    reported = chain.plan_report(run_config, tables["pipeline_plan"])
+    headline = dict(reported.summary["headline"])
+    plan = tables["pipeline_plan"].summary
+    for name in ("offset", "recompute", "select_recompute", "select_comm_recompute"):
+        assert headline[name] == str(plan[name])
+    assert "Megatron-LM" not in headline
 
 
 def test_every_shipped_config_passes_every_check(shipped) -> None:

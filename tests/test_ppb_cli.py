@@ -161,6 +161,14 @@ def test_the_help_states_the_balancers_time_limit_and_the_cores_vocabulary(capsy
     said = " ".join(capsys.readouterr().out.split())
     assert "entry point" not in said and "Plan pipeline-parallel training" in said
     assert "exit status 2" in said and "exit status 1" in said
+    # every form `ppb check --plan` reads (a torchtitan run's job TOML or Python config was said nowhere in its help,
+    # session 33), and what `ppb estimate` prints besides memory (times, the iteration)
+    assert "torchtitan job lines" in said and "torchtitan job (TOML or Python config)" in said
+    assert "the iteration" in said
+    with pytest.raises(SystemExit):
+        main(["check", "--help"])
+    said = " ".join(capsys.readouterr().out.split())
+    assert "job TOML (.toml) or Python config (.py)" in said and "9810191bb the Python config" in said
 
 
 @pytest.mark.parametrize(

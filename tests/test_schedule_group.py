@@ -191,7 +191,8 @@ def _interleaved_run(framework: str, micro_batches: int, group: int | None = Non
     raw["framework"] = framework
     raw["parallel"].update(pp=2, dp=16, vpp=2, schedule="interleaved")
     if framework == "torchtitan":
-        raw["parallel"].update(zero=0, sequence_parallel=True)
+        # FSDP2: replicating beside PP is DDP in torchtitan v0.2.2, which refuses it (`_check_titan_replicate`)
+        raw["parallel"].update(zero=3, fsdp=True, sequence_parallel=True)
         raw["training"]["recompute"] = {"mode": "selective", "option": "op"}
     if group is not None:
         raw["parallel"]["microbatch_group_size_per_vp_stage"] = group

@@ -278,7 +278,9 @@ def test_a_step_saves_nothing_the_hosts_launches_hold_up_and_the_bound_says_so()
     )
     combined = replace(plain, ep_overlap=True)
     found = {point: validate(spec, point) for point in (plain, combined)}
-    assert run_iteration(found[combined]).seconds == run_iteration(found[plain]).seconds
+    # equal to rounding: the saving is a difference of the paired layers' times and their launches, 0 up to
+    # a few ulps (-3.5e-18 s once the all-to-all's share by group size entered both)
+    assert run_iteration(found[combined]).seconds == pytest.approx(run_iteration(found[plain]).seconds, rel=1e-12)
     cache = FigureCache()
     bounds = [screen(point, found[point], cache).bound_s for point in (plain, combined)]
     assert bounds[1] == pytest.approx(bounds[0], rel=1e-12)

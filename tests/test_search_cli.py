@@ -153,13 +153,14 @@ def test_screening_a_large_grid_shows_each_part_screened(capsys) -> None:
     progress("enumerated", {"enumerated": 10})
     progress("screened", {"screened": 3, "examined": 4, "total": 10})
     progress("screened", {"screened": 8, "examined": 10, "total": 10})
-    progress("screening done", {"screened": 8, "seconds": 1.0, "to_fill": 5, "most_balances": 8})  # top 5
+    progress("screening done", {"screened": 8, "total": 10, "seconds": 1.0, "to_fill": 5, "most_balances": 8})
     lines = [line.split("] ", 1)[1] for line in capsys.readouterr().err.splitlines()]
     assert lines == [
         "screening 10 strategies",
         "screened 4 of 10 (3 valid)",
-        "screened 8; balancing the most promising: 5 balances to fill the top 5, then more until the bounds prune the "
-        "rest (at most 8)",
+        # the last line in the same terms (session 33: "screened 8" read as fewer points than the 10 examined)
+        "screened 10 (8 valid); balancing the most promising: 5 balances to fill the top 5, then more until the bounds "
+        "prune the rest (at most 8)",
     ]
 
 
@@ -179,7 +180,7 @@ def test_a_long_balancing_says_how_many_balances_and_how_long_before_and_as_it_g
     assert lines == [
         "screened 9,216; balancing the most promising: 1,000 balances to fill the top 1,000, then more until the "
         "bounds prune the rest (at most 9,216)",
-        "balanced 4 (bounded 40, waiting 9000); 996 more to fill the top 1,000, about 4.2 h more",
+        "balanced 4 (bounded 40, waiting 9,000); 996 more to fill the top 1,000, about 4.2 h more",
     ]
     assert [duration(s) for s in (40.4, 89, 90, 5399, 5400)] == ["40 s", "89 s", "2 min", "90 min", "1.5 h"]
 

@@ -14,6 +14,7 @@ import pytest
 from test_memory_runs import DENSE, layers, make_run, model
 
 from ppb_core.balance.megatron_import import import_megatron, run_config_of
+from ppb_core.config.run import FrameworkRelease
 from ppb_core.errors import InputError
 from ppb_core.memory.frameworks.te_fp8 import fp8_weights, weight_bytes_per_element
 from ppb_core.model.params import LayerParams
@@ -49,6 +50,9 @@ def test_a_layer_keeps_its_quantized_weights():
     assert _module_bytes(_fp8("mxfp8")) == pytest.approx(2 * (1 + 1 / 32) * LINEAR)  # 84480
     assert weight_bytes_per_element("tensorwise", 10.0) == 1  # B200: the data serves both layouts
     assert weight_bytes_per_element("delayed", 12.0) == 2  # capability 12: TN only again
+    # TE 1.14 (release_v1.14, NGC PyTorch 25.01's) kept the transpose on B200 too; v2.0 (819a75219) dropped it there
+    assert weight_bytes_per_element("delayed", 10.0, FrameworkRelease(transformer_engine="1.14")) == 2
+    assert weight_bytes_per_element("delayed", 10.0, FrameworkRelease(transformer_engine="v2.0")) == 1
     assert weight_bytes_per_element("blockwise", 9.0) == pytest.approx(2 * (1 + 4 / 16384))
 
 

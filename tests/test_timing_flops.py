@@ -9,11 +9,12 @@ from __future__ import annotations
 import itertools
 
 import pytest
-from small_models import GPT_OSS_ATTENTION_LAYER, gpt_spec
+from small_models import GPT_OSS_ATTENTION_LAYER, MLA_H1024, gpt_spec
 
 from ppb_core.config.run import parse_run_config
 from ppb_core.model.kinds import body_kind, head_kind, tail_kind
 from ppb_core.model.switches import SWITCHES, LayerType
+from ppb_core.model.walk import walk
 from ppb_core.timing.flops import OpGeometry, layer_flops, layer_ops, recompute_set
 from ppb_core.timing.launches import op_launches
 from ppb_core.timing.pricer import TimeModel
@@ -146,21 +147,6 @@ def test_per_device_flops_of_moe_experts_follow_topk_routing(dropless, factor):
     assert ops["dispatch"].forward_comm.calls == ops["dispatch"].backward_comm.calls == 2
 
 
-# A small DeepSeek-style MLA layer: h=1024, a=8, q latent 256, kv latent 128, nope 64, rope 32, v 64.
-MLA_H1024 = {
-    "vocab_size": 1000,
-    "hidden_size": 1024,
-    "num_layers": 1,
-    "num_attention_heads": 8,
-    "intermediate_size": 2048,
-    "q_lora_rank": 256,
-    "kv_lora_rank": 128,
-    "qk_nope_head_dim": 64,
-    "qk_rope_head_dim": 32,
-    "v_head_dim": 64,
-}
-
-
 def test_per_device_flops_of_an_mla_layer():
     # DeepSeek-style MLA, small: h=1024, a=8 → 4 heads at t=2, q latent 256, kv latent 128, nope 64,
     # rope 32, v 64; SP: down-projections (replicated) run on the n/t = 512 local tokens; the
@@ -193,6 +179,49 @@ def test_per_device_flops_of_an_mla_layer():
     kw = {"tp": 2, "mla": True, "rope_fusion": True, "cross_entropy_fusion": False, "wgrad_fused": True}
     assert op_launches(ops["gather_latents"], **kw) == (3.0, 3.0)
     assert op_launches(ops["regather_latents"], **kw) == (0.0, 2.0)
+
+
+def test_mla_up_proj_recompute_gathers_the_latents_again():
+    # Megatron's `mla_up_proj` selective recompute runs `qkv_up_proj_and_rope_apply` under
+    # `CheckpointWithoutOutput` (multi_latent_attention.py `get_query_key_value_tensors`, c08d89bea0 and
+    # d98e8a64; tensor_parallel/random.py `_recompute` replays the function whole): linear_q_up_proj and
+    # linear_kv_up_proj, TE column-parallel under SP, all-gather their latent shards again in the backward; the
+    # rotary key, gathered by `gather_from_sequence_parallel_region` before the checkpoint, is not. MLA_H1024 at
+    # t=2, s=1024, SP: n = 1024 gathered tokens · (q latent 256 + kv latent 128) · 2 bytes = 786,432 in 2 calls,
+    # against the forward's 1024 · (256 + 128 + 32) · 2 = 851,968 in 3.
+    def run_of(modules):
+        return parse_run_config(
+            {
+                "name": "x",
+                "models": [{"name": "llm", "spec": dict(MLA_H1024)}],
+                "parallel": {"tp": 2, "sequence_parallel": True},
+                "training": {
+                    "seq_length": 1024,
+                    "micro_batch_size": 1,
+                    "flash_attention": True,
+                    "recompute": {"granularity": "selective", "modules": modules},
+                },
+                "device": {"name": "h100-80gb"},
+            }
+        )
+
+    def rerun_of(run):
+        layer = next(layer for layer in walk(run) if layer.node == "BODY")
+        return {op.name for op in TimeModel(run)._rerun(layer, LayerType.SEL_REC_LAYER, None)}
+
+    run = run_of(["mla_up_proj"])
+    gather = {op.name: op for op in ops_of(run)}["gather_latents"]
+    assert (gather.recompute_comm.payload_bytes, gather.recompute_comm.calls) == (786_432, 2)
+    assert (gather.forward_comm.payload_bytes, gather.forward_comm.calls) == (851_968, 3)
+    assert {"gather_latents", "q_up", "kv_up", "rope"} <= rerun_of(run)
+    # the rerun is priced at that collective, the lighter one (fewer bytes, one call fewer: one launch fewer than
+    # the forward's three the host would otherwise count again)
+    layer = next(layer for layer in walk(run) if layer.node == "BODY")
+    price = TimeModel(run).op_prices(layer)["gather_latents"]
+    assert 0 < price.recompute_ms < price.forward_ms
+    assert TimeModel(run)._rerun_launches(layer, LayerType.SEL_REC_LAYER, None) == -1
+    # without the module (Megatron's default selective set, core_attn) the latents are not gathered again
+    assert "gather_latents" not in rerun_of(run_of(["core_attn"]))
 
 
 def test_mla_without_latent_norms_runs_no_norm_kernels():

@@ -1050,3 +1050,26 @@ def test_te_before_2_0_transposes_a_row_parallel_input_under_sp_in_the_backward(
         for release, model in (("old", old), ("new", new))
     }
     assert launches["old"] - launches["new"] == pytest.approx(2 * old.launch_s(), rel=1e-9)
+
+
+def test_te_before_2_0_transposes_per_tensor_fp8_on_blackwell_too():
+    # TE's "TE 2.0 code drop" (819a75219, v2.0) runs per-tensor FP8 GEMMs in every layout from compute capability
+    # 10.0 (utils.py `non_tn_fp8_gemm_supported`; quantizer.cpp `create_transpose = columnwise_usage &&
+    # !non_tn_fp8_gemm_supported()`), so on Blackwell a delayed-scaling cast reads bf16 and writes a byte: 3 B an
+    # element, and a norm that wrote the FP8 itself leaves nothing. TE 1.14 (release_v1.14, NGC PyTorch 25.01's)
+    # cast-transposes whatever the device (linear.py `_Linear.forward`: `fp8_cast_transpose_fused`), as Hopper
+    # does: mlp_out's output gradient 2 + 1 + 1 = 4 B, and the fused QKV's normed input the transpose alone,
+    # read and write a byte, 2 B split 2/3 and 1/3 over qk_proj and v_proj. TP 1, no SP, on the catalog's B200.
+    def body_at(release: str | None):
+        raw = gelu_run(device={"name": "b200"}).model_dump(mode="json", exclude_none=True)
+        if release is not None:
+            raw["framework_release"] = {"transformer_engine": release}
+        run = parse_run_config({**raw, "timing": {"matmul_dtype": "fp8", "fp8_recipe": "delayed"}})
+        model = TimeModel(run)
+        return model, {op.name: op for op in model.ops(body(run))}
+
+    for release, gradient, fused in (("1.14", 4.0, 2.0), ("v2.0", 3.0, 0.0), (None, 3.0, 0.0)):
+        model, ops = body_at(release)
+        assert model._cast_bytes(ops["mlp_out"], True) == pytest.approx(gradient)
+        qkv = model._cast_bytes(ops["qk_proj"], False) + model._cast_bytes(ops["v_proj"], False)
+        assert qkv == pytest.approx(fused)

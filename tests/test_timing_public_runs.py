@@ -482,6 +482,10 @@ def test_megatron_bridge_verification_card_rows_take_each_commit_s_perf_recipe(p
     assert gpt_h100.training.micro_batches == 64 and gpt_h100.training.grad_bytes == 4
     assert gpt_h100.parallel.sequence_parallel and gpt_h100.timing.calculate_per_token_loss
     assert not gpt_h100.timing.ddp_average_in_collective and gpt_h100.timing.moe_dispatcher == "alltoall"
+    # both GPT-OSS pretrain entries train the rp2 tokenizer's vocabulary (Llama's SentencePiece, 32,000 pieces: the
+    # deepseek-v4-flash card's "token IDs 0-31999"; recipes/common.py `_pretrain_common` use_tokenizer_vocab_size
+    # True from af17edf52), padded to 128 · TP 2 = 256: 32,000 / 256 = 125, so 32,000 (not 201,088)
+    assert gpt_h100.vocab_size("llm") == 32000 and gpt_h100.specs["llm"].num_layers == 36
     # Moonlight at 411c6b1dc: EP 8 on 16 H100 (DP 16), GBS 1024 / (MBS 2 · 16) = 32; 27 layers, 64 experts top 6
     moonlight = runs["Megatron-Bridge card Moonlight 16B-A3B BF16 EP8 HybridEP EP-overlap natural routing (16 H100)"]
     assert (moonlight.parallel.dp, moonlight.parallel.ep, moonlight.training.micro_batches) == (16, 8, 32)
@@ -494,6 +498,7 @@ def test_megatron_bridge_verification_card_rows_take_each_commit_s_perf_recipe(p
     assert (small.parallel.dp, small.parallel.ep, small.training.micro_batches) == (2, 4, 256)
     spec = small.specs["llm"]
     assert (spec.num_layers, spec.num_experts, spec.experts_per_token) == (24, 32, 4)
+    assert small.vocab_size("llm") == 32000
     # Qwen3 30B MXFP8 at 487f56398 (`qwen3_30b_a3b_pretrain_8gpu_gb200_fp8mx_functional_config`): EP 8 on 8 GB200,
     # DP 8, 512 / (4 · 8) = 16 micro-batches (the card's "16-way gradient accumulation"), MXFP8 with its parameter
     # gathers, TE's FP8 attention, the combined 1F1B with delayed weight gradients, one NVLink domain of 8, cuDNN
@@ -587,13 +592,13 @@ def test_every_row_runs_and_the_mean_error_stays_bounded(public):
     # 27 cards' rows and, from session 32, research/deepseek2/readme.md's DeepSeek-V2 236B finetune: 28
     assert len(found["MindFormers model-card"]) == 28
     # A guard, not a fit: the mean absolute error today is 14.8% over the published tables' runs and
-    # 27.0% over Megatron's CI runs (docs/timing.md: ppb's layers run faster than Megatron's runs on
+    # 27.0% over Megatron's CI runs (docs/timing-validation.md: ppb's layers run faster than Megatron's runs on
     # both H100 and A100); the aim is 5%.
     assert public.mean_error(tables) < 0.16
     assert public.mean_error(ci) < 0.30
-    # NeMo 25.11's rows, held out: 28.5% today (docs/timing.md), the B200 MoE rows the worst (host-bound)
+    # NeMo 25.11's rows, held out: 28.5% today (docs/timing-validation.md), the B200 MoE rows the worst (host-bound)
     assert public.mean_error(nemo) < 0.40
-    # torchtitan's compiled, Float8, 2D-4D rows, held out: 22.6% today, every row fast (docs/timing.md)
+    # torchtitan's compiled, Float8, 2D-4D rows, held out: 22.6% today, every row fast (docs/timing-validation.md)
     assert public.mean_error(titan) < 0.30
 
 

@@ -307,6 +307,39 @@ def test_megatron_s_ring_exchanges_batched_only_at_cp_2_before_blackwell():
     assert op_launches(ring(2, "h100-80gb"), **kw) == (1.0, 2.0)
 
 
+@pytest.mark.parametrize(
+    ("release", "device", "cp", "expected"),
+    [
+        # TE release_v1.14 and v2.2 attention.py: batch_p2p_comm = NVTE_BATCH_MHA_P2P_COMM or (cp_size == 2),
+        # whatever the GPU: cp 2 on a B200 one batched call an exchange, forward 1, backward 2
+        ("1.14", "b200", 2, (1.0, 2.0)),
+        ("2025-03-18", "b200", 2, (1.0, 2.0)),  # NeMo 25.04's TE (bench/_nemo2.py)
+        ("v2.2", "b200", 4, (6.0, 8.0)),  # cp 4 never batched: 3 exchanges · 2 forward, 4 · 2 backward
+        # v2.3 (ba5dc5dde): batch_p2p_comm = NVTE_BATCH_MHA_P2P_COMM alone: cp 2 on an H100 unbatched, 1 · 2 and 2 · 2
+        ("v2.3", "h100-80gb", 2, (2.0, 4.0)),
+        # v2.4 on (0828aa860): batched again below compute capability 10.0 only
+        ("v2.4", "h100-80gb", 2, (1.0, 2.0)),
+        ("2.7.0", "b200", 2, (2.0, 4.0)),
+    ],
+)
+def test_megatron_s_ring_exchanges_batched_as_the_te_release_decides(release, device, cp, expected):
+    kw = {"tp": 1, "mla": False, "rope_fusion": True, "cross_entropy_fusion": False, "wgrad_fused": True}
+    run = parse_run_config(
+        {
+            "name": "x",
+            "framework": "megatron",
+            "framework_release": {"transformer_engine": release},
+            "models": [{"name": "llm", "spec": LLAMA_8B_LAYER}],
+            "parallel": {"cp": cp, "dp": 8 // cp},
+            "training": {"seq_length": 1024, "micro_batch_size": 1, "flash_attention": True},
+            "device": {"name": device},
+        }
+    )
+    ops = layer_ops(body_kind(run.spec("llm"), 0, run.training.dropout), OpGeometry.from_run(run))
+    ring = next(op for op in ops if op.name.endswith("cp_ring"))
+    assert op_launches(ring, **kw) == expected
+
+
 def test_megatron_s_a2a_copies_each_tensor_twice_around_its_all_to_alls():
     # --cp-comm-type a2a under TE (d0067d0d flash_attn_a2a_communicate, sbhd): Q, K, V and O copied twice
     # each forward (a contiguous copy and an index_select reorder), dO, dQ, dK, dV backward. cp 2, s 1024:

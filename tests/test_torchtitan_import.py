@@ -637,3 +637,18 @@ def test_a_torchtitan_model_ppb_does_not_price_is_not_taken_for_a_misspelling() 
     with pytest.raises(InputError) as err:
         import_torchtitan('[model]\nname = "lama3"', 8, "h100-80gb", "job.toml")
     assert str(err.value).endswith("did you mean llama3?")
+
+
+def test_replicating_beside_tp_or_pp_names_the_toml_key(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """torchtitan v0.2.2 replicates by DDP alone, which raises "DDP has not supported > 1D parallelism" beside TP or
+    PP (models/llama3/infra/parallelize.py): a TOML replicating over 4 beside TP 8 is refused naming its key."""
+    toml = tmp_path / "job.toml"
+    toml.write_text(
+        '[model]\nname = "llama3"\nflavor = "70B"\n[training]\nlocal_batch_size = 8\nseq_len = 8192\n'
+        "[parallelism]\ndata_parallel_replicate_degree = 4\ndata_parallel_shard_degree = 1\n"
+        "tensor_parallel_degree = 8\n"
+    )
+    assert main(["import", "torchtitan", str(toml), "--gpus", "32", "--device", "h100-80gb"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"{toml}: parallelism.data_parallel_replicate_degree: replicate (zero 0)" in err
+    assert "over dp 4 beside tp 8: torchtitan v0.2.2 replicates by DDP alone" in err

@@ -414,3 +414,19 @@ def test_a_pp1_job_s_batch_is_accumulation_steps_of_local(tmp_path: Path, capsys
     capsys.readouterr()
     assert main(["check", str(path), "--plan", str(plan), "--no-optimum"]) == 2
     assert "training.local_batch_size: 2; the run config prices 2 micro-batches of 1 on dp 2" in capsys.readouterr().err
+
+
+def test_a_registry_copied_out_of_its_model_s_folder_is_told_where_to_keep_it():
+    """torchtitan's own config_registry.py imports `from . import model_registry`: the model is the folder's
+    (torchtitan/models/llama3/). A user's copy in cfg/ was refused as "torchtitan.models.cfg: ppb imports ...",
+    naming a module that does not exist; now the line says the folder names the model. In llama3/ it reads."""
+    text = LATEST_FILE.replace("from torchtitan.models.llama3 import model_registry", "from . import model_registry")
+    release = parse_release("torchtitan", LATEST)
+    with pytest.raises(InputError) as caught:
+        read_config(text, "cfg/config_registry.py", "job", release, 4, "h100-80gb")
+    line = str(caught.value)
+    assert "\n" not in line and line.startswith("cfg/config_registry.py job(): model_spec: ")
+    assert "`from . import model_registry` names the model by the file's folder, 'cfg'" in line
+    assert "keep the file in its model's folder" in line and "torchtitan.models.cfg" not in line
+    read = read_config(text, "llama3/config_registry.py", "job", release, 4, "h100-80gb")
+    assert read.raw == _read(LATEST_FILE, LATEST).raw

@@ -120,6 +120,18 @@ def _evaluate(node: ast.expr, shown: str) -> int | None:
     return result
 
 
+# `;` ends a command as a newline does (`TP=8; PP=4` is two assignments), `;;` a `case` arm: the shell's, not a word
+_SEPARATORS = frozenset({";", ";;"})
+
+
+def _shell_words(text: str) -> list[str]:
+    """The words of *text* as shlex.split(comments=True) gives them, an unquoted `;` or `;;` a word of
+    its own (bash(1), Lists: `;` separates commands, so `TP=8; PP=4` assigns TP 8, not "8;")."""
+    lexer = shlex.shlex(text, posix=True, punctuation_chars=";")
+    lexer.whitespace_split = True
+    return list(lexer)
+
+
 def script_words(text: str) -> list[str]:
     """The words of *text* (flags, or a whole launch script) with the script's variables expanded."""
     return script_words_and_variables(text)[0]
@@ -134,7 +146,7 @@ def script_words_and_variables(text: str) -> tuple[list[str], dict[str, str]]:
     # `$(( 3 * PP ))` is one word to bash; shlex would split it at its spaces
     text = _ARITHMETIC.sub(lambda match: "".join(match.group(0).split()), text)
     try:
-        words = shlex.split(text, comments=True)
+        words = _shell_words(text)
     except ValueError as err:
         raise ScriptError(f"cannot read the flags: {err}") from None
     variables: dict[str, str] = {}
@@ -147,7 +159,7 @@ def script_words_and_variables(text: str) -> tuple[list[str], dict[str, str]]:
             if role == "keyword":  # a test's words are the shell's, never pretrain_gpt.py's
                 found.append(word)
             continue
-        if branches.skipping:
+        if branches.skipping or word in _SEPARATORS:
             continue
         assignment = None if in_array else _ASSIGNMENT.fullmatch(word)
         if assignment is not None:

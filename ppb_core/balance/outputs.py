@@ -29,6 +29,16 @@ YAML_KEYS: tuple[str, ...] = ("offset", "recompute", "select_recompute", "select
 _N, _S, _C, _B, _F = (OPTIONS.index(o) for o in ("NONE", "SLCT", "COMM", "BOTH", "FULL"))
 
 
+def says_yaml_keys(framework: str | None, megatron_said: dict[str, Any]) -> bool:
+    """Whether a run's plan is said in the MindFormers/HyperParallel yaml keys above: a MindFormers run's,
+    and a Megatron run's Megatron-LM cannot say (DualPipeV, a second model: `not_megatrons`), whose only
+    form `ppb check` reads is that yaml. A Megatron run's other plans are its flags, a torchtitan run's its
+    job TOML lines; the JSON keeps every form."""
+    if framework == "mindformers":
+        return True
+    return framework == "megatron" and not (megatron_said.get("flags") or megatron_said.get("layout_only"))
+
+
 def yaml_from_cell(options: Sequence[int], nass: int) -> dict[str, int]:
     """One cell's counts (per option, OPTIONS order) as MindFormers' four numbers (`yaml_from_internal`)."""
     return {

@@ -45,6 +45,8 @@ FIELD_KEYS = {
     "training.micro_batches": "training.global_batch_size",
     "training.recompute": "activation_checkpoint",
     "parallel.dp": "parallelism.data_parallel_shard_degree",
+    # zero 0 is replicate: the TOML's data_parallel_replicate_degree over a shard degree of 1
+    "parallel.zero": "parallelism.data_parallel_replicate_degree",
     "parallel.tp": "parallelism.tensor_parallel_degree",
     "parallel.pp": "parallelism.pipeline_parallel_degree",
     "parallel.cp": "parallelism.context_parallel_degree",

@@ -242,12 +242,14 @@ class Reader:
         """Local names of a model's `model_registry` → the model (torchtitan/models/<model>)."""
         found = {}
         parts = PurePath(self.where).parts
+        self.relative: set[str] = set()  # names imported `from .`: the model is the file's folder's name
         for node in ast.walk(self.tree):
             if not isinstance(node, ast.ImportFrom):
                 continue
             module = node.module or ""
             if node.level and not module and len(parts) >= 2:  # `from . import model_registry` in models/<model>/
                 module = f"torchtitan.models.{parts[-2]}"
+                self.relative |= {alias.asname or alias.name for alias in node.names}
             pieces = module.split(".")
             for alias in node.names:
                 if alias.name == "model_registry" and pieces[:2] == ["torchtitan", "models"] and len(pieces) == 3:
@@ -585,6 +587,14 @@ def _model(reader: Reader, top: dict[str, Any], notes: list[str]) -> dict[str, A
         said = "is not model_registry(FLAVOR) of a model ppb reads (from torchtitan.models.MODEL import model_registry)"
         raise reader.fail("model_spec", said)
     name = reader.registries[call.cls]
+    if name not in MODELS and call.cls in reader.relative:
+        # a config_registry.py copied out of torchtitan/models/<model>/: its `from . import model_registry` names
+        # the folder it now sits in, not a model (a user's copy in cfg/ was said to be "torchtitan.models.cfg")
+        said = (
+            f"`from . import {call.cls}` names the model by the file's folder, {shown(name)}, no model ppb imports "
+            f"({', '.join(MODELS)}): keep the file in its model's folder (torchtitan/models/llama3/config_registry.py)"
+        )
+        raise reader.fail("model_spec", said)
     if name not in MODELS:
         raise reader.fail("model_spec", f"torchtitan.models.{name}: ppb imports {', '.join(MODELS)}")
     flavor = reader.literal(call.kwargs.get("flavor"), "model_spec")

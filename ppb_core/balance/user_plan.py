@@ -27,6 +27,7 @@ from ppb_core.balance.plan import Plan, empty_counts, freeze
 from ppb_core.balance.problem import BalanceInput
 from ppb_core.balance.torchtitan_user_plan import from_torchtitan
 from ppb_core.config.layout import LayoutError, parse_layout, standalone_mtp_cell, validate_layout
+from ppb_core.config.recompute import MINDFORMERS_RECOMPUTE_KEYS
 from ppb_core.config.run import ParallelOptimizerConfig, RunConfig
 from ppb_core.config.spec import ModelSpec
 from ppb_core.errors import InputError, misspelt, shown, shown_key
@@ -176,18 +177,6 @@ def _read_json(path: Path) -> dict[str, Any]:
     return document
 
 
-# TransformerRecomputeConfig.__init__'s arguments (MindFormers, commit fd4deebc,
-# mindformers/modules/transformer/transformer.py): MindFormers refuses any other key of recompute_config.
-_RECOMPUTE_CONFIG_KEYS = (
-    "recompute",
-    "select_recompute",
-    "parallel_optimizer_comm_recompute",
-    "select_comm_recompute",
-    "mp_comm_recompute",
-    "recompute_slice_activation",
-    "select_recompute_exclude",
-    "select_comm_recompute_exclude",
-)
 _EXCLUSIONS = ("select_recompute_exclude", "select_comm_recompute_exclude")
 
 
@@ -203,12 +192,12 @@ def _check_keys(document: dict[str, Any], where: str) -> None:
     recompute_config = document.get("recompute_config")
     if isinstance(recompute_config, dict):
         for key, value in recompute_config.items():
-            if key not in _RECOMPUTE_CONFIG_KEYS:
+            if key not in MINDFORMERS_RECOMPUTE_KEYS:
                 raise InputError(
                     where,
                     f"recompute_config.{shown_key(key)}",
                     "not a TransformerRecomputeConfig key (MindFormers refuses it): "
-                    + ", ".join(_RECOMPUTE_CONFIG_KEYS),
+                    + ", ".join(MINDFORMERS_RECOMPUTE_KEYS),
                 )
             if key in _EXCLUSIONS and value not in (None, False, [], {}):
                 raise InputError(

@@ -20,8 +20,10 @@ import pandas as pd
 from ppb_core.balance import balance
 from ppb_core.balance.fitting import fitting_placement
 from ppb_core.balance.mtp_apart import standalone_problem
+from ppb_core.balance.outputs import YAML_KEYS, says_yaml_keys
 from ppb_core.balance.problem import run_problem
 from ppb_core.balance.progress import ProgressHook, WorkLimits, showing_seconds
+from ppb_core.balance.result import stopped_words
 from ppb_core.balance.torchtitan_plan import add_torchtitan
 from ppb_core.config.run import RunConfig
 from ppb_core.errors import InputError
@@ -216,7 +218,8 @@ def plan_report(run_config: pd.DataFrame, pipeline_plan: Summarized) -> Summariz
     mtp_cell = None if apart is None else (int(apart[0]), int(apart[1]))
     stages = report_to_frame(plan_stages(run, cells, by_model, mtp_cell), pipeline_plan.frame["memory_mb"].tolist())
     headline = [
-        ("balancer", f"{plan['status']}, gap {plan['gap']:.3g}" if plan.get("gap") is not None else plan["status"]),
+        # why the solve ended, as `ppb balance` says it (the status "time_limit" only says the proof was not reached)
+        ("balancer", stopped_words(plan) + (f", gap {plan['gap']:.3g}" if plan.get("gap") is not None else "")),
         *iteration_headline(plan),
         ("speedup over the best uniform split", speedup_words(plan)),
         # the balancer's charge (whole-MB terms, the run's largest working set on every stage), not a peak: the
@@ -225,11 +228,13 @@ def plan_report(run_config: pd.DataFrame, pipeline_plan: Summarized) -> Summariz
             "memory the balancer charged (fullest stage)",
             f"{plan['peak_memory_mb']:,.0f} of {plan['input']['memory_mb']:,.0f} MB",
         ),
-        *((key, str(plan[key])) for key in ("offset", "recompute", "select_recompute", "select_comm_recompute")),
+        # the MindFormers yaml keys where they are the plan's words (`says_yaml_keys`), as `ppb balance` prints them
+        *((key, str(plan[key])) for key in YAML_KEYS if says_yaml_keys(run.framework, plan.get("megatron") or {})),
     ]
     headline += _mtp_headline(plan)
     # a torchtitan run's plan is said in its job TOML, a MindFormers run's in the yaml keys above, as `ppb balance`
-    # and `ppb check` say them: the report gave a torchtitan run `--pipeline-model-parallel-layout 'Et*32L'`
+    # and `ppb check` say them: the report gave a torchtitan run `--pipeline-model-parallel-layout 'Et*32L'` (and
+    # every run the yaml keys until session 33)
     if run.framework == "megatron":
         headline += megatron_headline(plan.get("megatron", {}), plan.get("megatron_iteration"))
     headline += torchtitan_headline(plan.get("torchtitan") or {})

@@ -238,7 +238,8 @@ def check(parser: argparse.ArgumentParser) -> None:
         "--plan",
         required=True,
         metavar="PLAN",
-        help="a MindFormers yaml (or ppb balance's plan JSON), or Megatron-LM flags or launch script",
+        help="a MindFormers yaml (or ppb balance's plan JSON), Megatron-LM flags or launch script, or a "
+        "torchtitan run's job TOML (.toml) or Python config (.py)",
     )
     parser.add_argument(
         "-t",
@@ -356,8 +357,10 @@ written, so bad input writes nothing.""",
         arguments=plan,
     ),
     "estimate": Command(
-        summary="per-layer memory (static, activations per option, buffers) and stage peaks",
-        description="""Per-layer memory of a run, one row per distinct kind, and each stage's peak.""",
+        summary="per-layer memory and time under every recompute option, stage peaks, the iteration",
+        description="""Per-layer memory (static, activations per option, buffers) and times of a run, one row per
+distinct kind; the iteration in seconds, tokens/s per device, MFU and HFU, with its terms; and each
+stage's peak at the moment that sets it, against the device (the same figures `--json` prints).""",
         arguments=estimate,
     ),
     "describe": Command(
@@ -410,13 +413,16 @@ seconds, the unit in the key (`time_s`, ...); from a layers.json in the file's o
         arguments=balance,
     ),
     "check": Command(
-        summary="check a plan you have (MindFormers yaml or Megatron-LM flags) against the device",
+        summary="check a plan you have (MindFormers yaml, Megatron-LM flags or torchtitan job lines) against "
+        "the device",
         description="""A plan you already have, checked before you launch it.
 
 PLAN is a MindFormers/HyperParallel yaml (offset, recompute, select_recompute,
 select_comm_recompute; or the plan JSON `ppb balance -o` writes) or Megatron-LM flags
 (`--pipeline-model-parallel-layout ...` and the recompute flags, up to a launch script), in a file
-or as the text itself. Every stage's memory is evaluated by the memory model against the device
+or as the text itself, or, for a torchtitan run, its job TOML (`.toml`: the lines `ppb balance` prints,
+or a whole job TOML with them merged in; from 9810191bb the Python config lines or function, `.py`).
+Every stage's memory is evaluated by the memory model against the device
 (which stage runs out, by how much, at which moment), the iteration in seconds by the time model
 (the schedule on the layers' times, P2P, data-parallel reduction, optimizer), and the balancer's
 optimum for the same run beside it (`--no-optimum` skips it). Exit status 1 when a stage does not
@@ -424,7 +430,8 @@ fit, 2 when the plan cannot be read.""",
         arguments=check,
     ),
     "import": Command(
-        summary="write the run config of a Megatron-LM launch (flags or script) or a torchtitan job TOML",
+        summary="write the run config of a Megatron-LM launch (flags or script) or a torchtitan job (TOML or "
+        "Python config)",
         description="""The run config a Megatron-LM launch or a torchtitan job says, for every other command.
 
 LAUNCH is pretrain_gpt.py's flags, as one text or a launch script (read as bash would without

@@ -26,10 +26,10 @@ from ppb_core.balance.fitting import fitting_placement
 from ppb_core.balance.megatron import selective_modules
 from ppb_core.balance.megatron_text import megatron_lines
 from ppb_core.balance.mtp_apart import standalone_problem
-from ppb_core.balance.outputs import interleave_keys
+from ppb_core.balance.outputs import interleave_keys, says_yaml_keys
 from ppb_core.balance.problem import BalanceInput, run_problem
 from ppb_core.balance.progress import WorkLimits
-from ppb_core.balance.result import MAX_INTERLEAVE, balance
+from ppb_core.balance.result import MAX_INTERLEAVE, balance, stopped_words
 from ppb_core.balance.torchtitan_plan import add_torchtitan, torchtitan_lines
 from ppb_core.balance.torchtitan_settings import op_policy
 from ppb_core.balance.torchtitan_settings import runnable as torchtitan_runnable
@@ -284,25 +284,7 @@ def _no_plan(result: dict[str, Any], args: argparse.Namespace) -> tuple[str, str
     return "--work", f"{found}: the work limits (--work {args.work:g}) stopped the search first; raise --work"
 
 
-STOPPED = {
-    "optimal": "proven optimal",
-    "work_limit": "stopped at its work limits (the same plan on every run)",
-    "time_limit": "stopped by the time limit: the best plan found so far (another run may differ)",
-    "infeasible": "no plan fits",
-}
-
-
 FILE_UNIT = ", in the file's time unit"
-
-
-def stopped_words(result: dict[str, Any]) -> str:
-    """Why the solve ended. A proven objective whose choice among equally fast plans the clock cut
-    (`program.solve`: stopped_by time_limit with status optimal) is still proven: only which of
-    those plans is given may differ from run to run."""
-    stopped = result.get("stopped_by", "")
-    if stopped == "time_limit" and result.get("status") == "optimal":
-        return "proven optimal; the time limit cut the choice among equally fast plans (another run may give another)"
-    return STOPPED.get(stopped, stopped)
 
 
 _UNIFORM_NOTE = re.compile(
@@ -442,7 +424,7 @@ def render(result: dict[str, Any], solve_s: float, memory_from: str = "") -> Non
         # a run config's plan is said in its framework's words only: a MindFormers run's in the yaml lines, a
         # Megatron run's as Megatron-LM flags, a torchtitan run's in its job TOML lines; a layers.json's, whoever
         # wrote it, in them all (the JSON and `-o` keep every form)
-        if not in_s or given.get("framework") == "mindformers":
+        if not in_s or says_yaml_keys(given.get("framework"), result["megatron"]):
             _print_yaml(console, result, given)
         others = given.get("framework") == "torchtitan" or (in_s and given.get("framework") == "mindformers")
         for line in [] if others else megatron_lines(result["megatron"]):

@@ -16,11 +16,11 @@ from ppb_core.balance.megatron import selective_modules
 from ppb_core.balance.megatron_run import vocabulary_note
 from ppb_core.balance.megatron_text import megatron_lines
 from ppb_core.balance.mtp_apart import standalone_problem
-from ppb_core.balance.outputs import cells
+from ppb_core.balance.outputs import YAML_KEYS, cells, says_yaml_keys
 from ppb_core.balance.plan import Plan
 from ppb_core.balance.plan_recompute import plan_flags, run_for_plan
 from ppb_core.balance.problem import run_problem
-from ppb_core.balance.result import balance
+from ppb_core.balance.result import balance, stopped_words
 from ppb_core.balance.torchtitan_plan import add_torchtitan, torchtitan_lines
 from ppb_core.balance.user_plan import read_plan
 from ppb_core.cli.console import progress_hook, table_console, warn_if_clock_stopped
@@ -95,6 +95,13 @@ def check(args: argparse.Namespace) -> dict[str, Any]:
                 "fits": optimum.fits,
                 "peak_mb": max(stage.peak_mb for stage in optimum.stages),
                 "status": result["status"],
+                "stopped_by": result.get("stopped_by"),
+                # the balancer's plan is the one checked: the same layers of each body type under each option in
+                # every cell, the MTP layers where they are (the flags beside it would change nothing)
+                "same_as_yours": _layers(result["cells"]) == _layers(cells(plan)) and at == mtp_cell,
+                # whether the offset and recompute lists are the plan's words (a MindFormers run, or a Megatron
+                # plan Megatron-LM cannot say), as `ppb balance` prints them
+                "yaml_keys_said": says_yaml_keys(run.framework, result["megatron"]),
                 "gap": result["gap"],
                 "speedup": evaluated.iteration_s / optimum.iteration_s if optimum.iteration_s > 0 else None,
                 "offset": result["offset"],
@@ -127,6 +134,11 @@ def check(args: argparse.Namespace) -> dict[str, Any]:
         else:
             out["optimum"] = {"status": result["status"], "message": result.get("message")}
     return out
+
+
+def _layers(grid: list[list[dict[str, Any]]]) -> list[list[dict[str, Any]]]:
+    """A plan's cells ([chunk][stage]) as the layers of each body type under each option."""
+    return [[cell["layers"] for cell in row] for row in grid]
 
 
 def _notes(plan: str, form: str) -> list[str]:
@@ -207,7 +219,11 @@ def render(out: dict[str, Any]) -> None:
             "yes" if row["fits"] else "[bold red]NO[/bold red]",
         )
     if out.get("plan_recompute"):
-        words = ", ".join(f"{key} {value}" for key, value in out["plan_recompute"].items())
+        # in the run config's words (`modules [core_attn, mlp]`), not Python's list (`modules ['core_attn']`)
+        words = ", ".join(
+            f"{key} [{', '.join(map(str, value))}]" if isinstance(value, list | tuple) else f"{key} {value}"
+            for key, value in out["plan_recompute"].items()
+        )
         console.print(f"recompute priced as the plan says ({escape(words)}), in place of the run config's")
     for note in out.get("notes", []):
         console.print(f"note: {escape(note)}")
@@ -232,11 +248,20 @@ def render(out: dict[str, Any]) -> None:
     if optimum and "iteration_s" in optimum:
         # beside a plan that does not fit, a speedup over it means nothing: the fitting plan's time stands alone
         versus = f"{optimum['speedup']:.3f}× yours" if not out.get("message") else "yours does not fit"
+        # said as `ppb balance` says it: why the solve ended (the status "time_limit" only says no proof), and
+        # the MindFormers yaml keys only where they are the plan's words (a Megatron run has its flags below)
+        stopped = stopped_words(optimum) + ("" if optimum["status"] == "optimal" else f", gap {optimum['gap']:.2%}")
+        keys = "; " + ", ".join(f"{key} {optimum[key]}" for key in YAML_KEYS) if optimum["yaml_keys_said"] else ""
+        # given in the run's own words (Megatron flags, torchtitan lines, a MindFormers yaml), the balancer's plan
+        # that is the same one is said so: the gpt3 175B example's even split printed its own layout and first/last
+        # counts to paste (session 33); a plan JSON or another form still gets the lines to launch it with
+        own = out["form"] in ("megatron", "torchtitan") or (form == "mindformers" and optimum["yaml_keys_said"])
+        if optimum.get("same_as_yours") and own and not out.get("message"):
+            console.print(f"the balancer's plan ({stopped}) is yours: the same split and recompute, nothing to change")
+            return
         console.print(
-            f"the balancer's plan ({optimum['status']}): iteration {optimum['iteration_s']:,.3f} s, "
-            f"{versus}, peak {optimum['peak_mb']:,.0f} MB; offset {optimum['offset']}, "
-            f"recompute {optimum['recompute']}, select_recompute {optimum['select_recompute']}, "
-            f"select_comm_recompute {optimum['select_comm_recompute']}",
+            f"the balancer's plan ({stopped}): iteration {optimum['iteration_s']:,.3f} s, "
+            f"{versus}, peak {optimum['peak_mb']:,.0f} MB{keys}",
             soft_wrap=True,
         )
         lines = [*optimum.get("megatron_lines", []), *optimum.get("torchtitan_lines", [])]

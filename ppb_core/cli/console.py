@@ -6,6 +6,7 @@ import contextlib
 import sys
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import replace
 
 from rich.console import Console
 from rich.markup import escape
@@ -31,7 +32,9 @@ def progress_hook(quiet: bool = False, unit_s: float | None = None) -> Iterator[
         return
     if not console.is_terminal:
         lines = PlainLines()
-        yield showing_seconds(lambda progress: lines(progress.line(), progress.phase == "done"), unit_s)
+        yield showing_seconds(
+            since(time.perf_counter(), lambda progress: lines(progress.line(), progress.phase == "done")), unit_s
+        )
         return
     with console.status("balancing…") as status:
 
@@ -40,7 +43,14 @@ def progress_hook(quiet: bool = False, unit_s: float | None = None) -> Iterator[
             if progress.phase in PRINTED_PHASES:
                 console.print(escape(progress.line()))
 
-        yield showing_seconds(show, unit_s)
+        yield showing_seconds(since(time.perf_counter(), show), unit_s)
+
+
+def since(started: float, hook: ProgressHook) -> ProgressHook:
+    """*hook* hearing each step's time from *started* (the command's clock), not from its own solve's start: a
+    command solving twice (MTP with the loss and apart, `balance.mtp_apart`; `-i auto`'s chunk counts) printed
+    `[14.0 s] done` and then `[6.3 s] probing`, its clock going back (DeepSeek-V3, session 33)."""
+    return lambda progress: hook(replace(progress, seconds=time.perf_counter() - started))
 
 
 def clock_stopped(result: dict) -> bool:

@@ -95,6 +95,14 @@ class _Progress:
             # the search's wall clock is read here (and in the table's last line), never in its JSON
             self._line("done")
 
+    @staticmethod
+    def _screened(figures: dict[str, Any]) -> str:
+        """Screening's last words, in the terms of the lines before it: the points examined and the valid ones
+        ("screened 152 of 172 (124 valid)" was followed by "screened 142", the valid count alone)."""
+        if "total" not in figures:
+            return f"screened {figures['screened']:,}"
+        return f"screened {figures['total']:,} ({figures['screened']:,} valid)"
+
     def _line(self, text: str) -> None:
         print(f"[{time.perf_counter() - self.started:.1f} s] {text}", file=sys.stderr, flush=True)
 
@@ -110,14 +118,14 @@ class _Progress:
                 self._line(f"screened {figures['examined']:,} of {figures['total']:,} ({figures['screened']:,} valid)")
             elif event == "screening done":
                 self.balancing = time.perf_counter()
-                self._line(f"screened {figures['screened']:,}; balancing the most promising{self._ahead(figures)}")
+                self._line(f"{self._screened(figures)}; balancing the most promising{self._ahead(figures)}")
             elif event == "balanced":
                 self._line(self._balanced(figures, *self._ahead_s(figures)))
             return
         if event == "screening done":
             self.balancing = time.perf_counter()
             self.console.print(
-                f"screened {figures['screened']:,}; balancing{self._ahead(figures)}", markup=False, highlight=False
+                f"{self._screened(figures)}; balancing{self._ahead(figures)}", markup=False, highlight=False
             )
         elif event == "enumerated":
             self.screen = self.progress.add_task("screening", total=figures["enumerated"])
@@ -162,7 +170,7 @@ class _Progress:
         return ahead, left_s
 
     def _balanced(self, figures: dict[str, Any], ahead: int, left_s: float | None) -> str:
-        text = f"balanced {figures['balanced']} (bounded {figures['relaxed']}, waiting {figures['waiting']})"
+        text = f"balanced {figures['balanced']:,} (bounded {figures['relaxed']:,}, waiting {figures['waiting']:,})"
         best = figures.get("best")
         if best is not None:
             text += f", best {best.strategy.label(self.spec)}: {best.seconds:,.3f} s"

@@ -16,7 +16,7 @@ Achieved fractions are measured, not datasheet figures:
   model (`ppb_core.timing.kernels`) loses more to tile and wave quantization over `sm_count`.
   MAMF is measured warm (mamf-finder.py runs 30 s of matmuls before its sweep) on random data, so
   it carries the clock a GPU holds on GEMMs under its power limit; public H100 SXM training logs
-  read 1920-1980 MHz (docs/timing.md, Validation), so there is no separate sustained-clock figure.
+  read 1920-1980 MHz (docs/timing-validation.md, Sustained clocks), so there is no separate sustained-clock figure.
 - `attention_forward_efficiency` / `attention_backward_efficiency`: what a flash-attention kernel
   reaches at head size 128 and long sequences. A100: FlashAttention-2 (Dao 2023, "reaching up to
   230 TFLOPs/s" forward, 73%; its forward+backward benchmark without the mask at 16k, 203 TFLOPs/s,
@@ -37,12 +37,15 @@ Achieved fractions are measured, not datasheet figures:
   kernel's measured curves (`ppb_core.timing.attention_rates`).
 - `comm_efficiency`: NCCL's bus bandwidth over the link rate: nccl-tests all_reduce on 8 A100 SXM4
   reaches 230-250 GB/s of NVLink 3's 300 (0.8); NVLink SHARP all-reduce on 8 H100 more. Used for every
-  collective but a measured all-gather / reduce-scatter (`nccl_gather_shares`: 8 H100 0.745). B200: 0.802,
+  collective but a measured all-gather / reduce-scatter / all-to-all (`nccl_gather_shares`: 8 H100 0.745;
+  `nccl_alltoall_shares`: 8 H100 0.700). B200: 0.802,
   NCCL's own per-link figure for NVLink 5 (src/graph/topo.h SM100_NVLINK_BW, 40.1 of 50 GB/s).
 - `nccl_gather_shares`: NCCL's all-gather / reduce-scatter bus bandwidth over the link rate inside one
   NVLink domain, by group size, where measured (nccl-tests in NVIDIA's aiconfigurator; `NCCL_GATHER_SHARES_*`):
   it grows with the group (8 B200: 0.683, 2: 0.473). Empty: `comm_efficiency`. All-reduce (NVLink SHARP),
-  all-to-all, point-to-point and rings that leave the node keep `comm_efficiency`.
+  point-to-point and rings that leave the node keep `comm_efficiency`.
+- `nccl_alltoall_shares`: the same for NCCL's all-to-all (nccl-tests alltoall_perf, the same collection;
+  `NCCL_ALLTOALL_SHARES_*`: 8 B200 0.626, 2: 0.368), a group inside one NVLink domain. Empty: `comm_efficiency`.
 - `nccl_small_all_reduce_us`: a few hundred bytes all-reduced inside one NVLink domain, by group size, where
   measured (the same collection; `NCCL_SMALL_ALL_REDUCE_US_*`: 8 H100 15.6 us): delayed scaling's amax
   reductions (`ppb_core.timing.fp8_amax`). Empty: 2(g-1) steps of `collective_latency_us`.
@@ -285,7 +288,7 @@ FP8_QUANTIZE_SHARE_BLACKWELL = round((1495269376 + 987758592) * 5 / ((9.147 - 6.
 # round: it runs at a lower GEMM duty, and power, than a layer's back-to-back GEMMs. Horace
 # He ("Strangely, Matrix Multiplications on GPUs Run Faster When Given 'Predictable' Data", 2024): "matmuls
 # on the H100 are primarily not compute or bandwidth limited, they are power limited". H100 SXM training logs
-# reading 1920-1980 MHz (docs/timing.md, Sustained clocks) sample the clock at each log interval, not inside
+# reading 1920-1980 MHz (docs/timing-validation.md, Sustained clocks) sample the clock at each log interval, not inside
 # a GEMM phase. Taken for the H100 SXM and the H200 SXM: the same GH100 die (132 SMs, the same BF16 MAMF:
 # ml-engineering's table, "H200 is the same") under the same 700 W limit, its HBM3e drawing more of it
 # (Ujeniya et al., "Architectural Trade-offs in the Energy-Efficient Era: A Comparative Study of
@@ -435,6 +438,8 @@ class DeviceProfile:
     # (group size, share) pairs, sizes ascending: NCCL's all-gather / reduce-scatter bus bandwidth over
     # `intra_node_bandwidth_gbs` inside one NVLink domain (`gather_share`); (): `comm_efficiency`
     nccl_gather_shares: tuple[tuple[int, float], ...] = ()
+    # the same for NCCL's all-to-all (`alltoall_share`, `NCCL_ALLTOALL_SHARES_*`); (): `comm_efficiency`
+    nccl_alltoall_shares: tuple[tuple[int, float], ...] = ()
     # A few hundred bytes all-reduced inside one NVLink domain, by group size, in microseconds, where measured
     # (nccl-tests in NVIDIA's aiconfigurator; `NCCL_SMALL_ALL_REDUCE_US_*`): delayed scaling's amax reductions
     # (`ppb_core.timing.fp8_amax`); () : ppb's scalar rule, 2(g-1) steps of `collective_latency_us`.
@@ -500,6 +505,11 @@ class DeviceProfile:
         """NCCL's all-gather / reduce-scatter share of the link for a group of *size* ranks in one NVLink
         domain (`measured_share`; `comm_efficiency` where unmeasured)."""
         return measured_share(self.nccl_gather_shares, size) if self.nccl_gather_shares else self.comm_efficiency
+
+    def alltoall_share(self, size: int) -> float:
+        """NCCL's all-to-all share of the link for a group of *size* ranks in one NVLink domain (`measured_share`;
+        `comm_efficiency` where unmeasured)."""
+        return measured_share(self.nccl_alltoall_shares, size) if self.nccl_alltoall_shares else self.comm_efficiency
 
     def peak_flops(self, dtype: str = "bf16") -> float:
         """Dense tensor-core FLOP/s for *dtype* (bf16, fp16, fp32 as TF32, fp8)."""
@@ -580,6 +590,33 @@ NCCL_GATHER_SHARES_GB300 = ((2, 0.480), (4, 0.626), (8, 0.686))
 # 10, 30, 70 us.
 NCCL_SMALL_ALL_REDUCE_US_H100 = ((2, 6.18), (4, 9.46), (8, 15.59))
 NCCL_SMALL_ALL_REDUCE_US_B200 = ((2, 10.26), (4, 15.09), (8, 25.09))
+# `DeviceProfile.nccl_alltoall_shares`: nccl-tests' alltoall_perf inside one NVLink domain, the same collection as
+# `NCCL_GATHER_SHARES_*` (aiconfigurator 095f58a, nccl_perf.parquet, op_name alltoall; NCCL 2.29.2, A100 2.27.3;
+# `-d half`, out-of-place time, message_size = bytes / 2). nccl-tests' alltoall sends size/g bytes to each of the g
+# ranks, (g−1)/g of it to the others; its busbw = algbw·(g−1)/g (nccl-tests doc/PERFORMANCE.md; NCCL's maintainers:
+# "the alltoall busBw bandwidth is simply computed by multiplying the AlgorithmBw by (n-1)/n", NVIDIA/nccl-tests
+# issue #130), the bytes ppb's all-to-all moves to the others (`ppb_core.timing.comm`). At 2^28 half elements
+# (537 MB), 2·message_size/latency·(g−1)/g over the link's rate per direction, GB/s (latency ms):
+# - A100 SXM4, over 300: g2 164.2 (1.6353), g4 194.9 (2.0657), g8 203.1 (2.3135)
+# - H100 SXM, over 450: g2 279.9 (0.95887), g4 288.2 (1.39704), g8 315.2 (1.49042)
+# - H200 SXM, over 450: g2 297.7 (0.90169), g4 319.0 (1.26238), g8 311.1 (1.50991)
+# - B200, over 900: g2 331.4 (0.81), g4 488.0 (0.82516), g8 563.1 (0.83417)
+# - B300, over 900: g2 341.3 (0.78653), g4 502.1 (0.802), g8 580.0 (0.8099)
+# - GB200, over 900: g2 332.4 (0.8076), g4 487.8 (0.82537) (none larger)
+# - GB300, over 900: g2 349.7 (0.76764), g4 512.0 (0.78648) (none larger)
+# NCCL runs an all-to-all as grouped sends and receives over its p2p channels (src/enqueue.cc
+# `scheduleP2pTasksToPlan`, v2.29.3-1), not over NVLink SHARP or a ring: every part stays well under the 0.8 of
+# `comm_efficiency` at 2 and 4 ranks and under it at 8. GB200 / GB300 match B200 / B300 at 2 and 4 ranks within 3%
+# (the same NVLink 5 switch), so their 8 is B200's / B300's, and every part holds its 8's share for larger groups
+# (an NVL72's 16-72: not measured), as `NCCL_GATHER_SHARES_*` do. Smaller messages reach less (B200 g8 at 134 MB:
+# 0.551); ppb keeps its per-step latency for that.
+NCCL_ALLTOALL_SHARES_A100 = ((2, 0.547), (4, 0.650), (8, 0.677))
+NCCL_ALLTOALL_SHARES_H100 = ((2, 0.622), (4, 0.640), (8, 0.700))
+NCCL_ALLTOALL_SHARES_H200 = ((2, 0.662), (4, 0.709), (8, 0.691))
+NCCL_ALLTOALL_SHARES_B200 = ((2, 0.368), (4, 0.542), (8, 0.626))
+NCCL_ALLTOALL_SHARES_B300 = ((2, 0.379), (4, 0.558), (8, 0.644))
+NCCL_ALLTOALL_SHARES_GB200 = ((2, 0.369), (4, 0.542), (8, 0.626))
+NCCL_ALLTOALL_SHARES_GB300 = ((2, 0.389), (4, 0.569), (8, 0.644))
 
 
 def measured_share(shares: tuple[tuple[int, float], ...], size: int) -> float:
@@ -633,6 +670,7 @@ DEVICE_CATALOG: dict[str, DeviceProfile] = {
         # 80GB, Dec 2021): the SMs a collective takes from the GEMM it hides behind.
         comm_sms=24,
         nccl_gather_shares=NCCL_GATHER_SHARES_A100,
+        nccl_alltoall_shares=NCCL_ALLTOALL_SHARES_A100,
     ),
     # NVIDIA H100 Tensor Core GPU datasheet, SXM5: 80GB HBM3 (81559 MiB in nvidia-smi), 989 TFLOPS
     # BF16 dense (1,979 with sparsity), 3.35 TB/s; NVLink 4 900 GB/s bidirectional; DGX H100:
@@ -660,6 +698,7 @@ DEVICE_CATALOG: dict[str, DeviceProfile] = {
         eager_memory_efficiency=EAGER_MEMORY_EFFICIENCY_H100,
         standard_attention_measured=True,
         nccl_gather_shares=NCCL_GATHER_SHARES_H100,
+        nccl_alltoall_shares=NCCL_ALLTOALL_SHARES_H100,
         nccl_small_all_reduce_us=NCCL_SMALL_ALL_REDUCE_US_H100,
     ),
     # NVIDIA H200 Tensor Core GPU datasheet, SXM: 141GB HBM3e (143771 MiB in nvidia-smi), 989 TFLOPS
@@ -690,6 +729,7 @@ DEVICE_CATALOG: dict[str, DeviceProfile] = {
         host_boost_ghz=3.8,
         host_link_gbs=HOST_LINK_GBS_GEN5,
         nccl_gather_shares=NCCL_GATHER_SHARES_H200,
+        nccl_alltoall_shares=NCCL_ALLTOALL_SHARES_H200,
     ),
     # NVIDIA DGX B200 datasheet: 1,440 GB HBM3e over 8 GPUs (nvidia-smi shows 183359 MiB per GPU,
     # e.g. NVIDIA/TensorRT-LLM issue #10278), 2.25 PFLOPS dense BF16 per GPU (4.5 with sparsity;
@@ -748,6 +788,7 @@ DEVICE_CATALOG: dict[str, DeviceProfile] = {
         host_kernel_us=HOST_KERNEL_US_DGX_B200,
         host_boost_ghz=4.0,
         nccl_gather_shares=NCCL_GATHER_SHARES_B200,
+        nccl_alltoall_shares=NCCL_ALLTOALL_SHARES_B200,
         nccl_small_all_reduce_us=NCCL_SMALL_ALL_REDUCE_US_B200,
     ),
     # NVIDIA GB200 (one of a Grace Blackwell superchip's two GPUs, as in an NVL72 rack's 4-GPU compute
@@ -800,6 +841,7 @@ DEVICE_CATALOG: dict[str, DeviceProfile] = {
         attention_backward_efficiency=round(1374 / 2500, 3),
         host_kernel_us=HOST_KERNEL_US_DGX_GB200,
         nccl_gather_shares=NCCL_GATHER_SHARES_GB200,
+        nccl_alltoall_shares=NCCL_ALLTOALL_SHARES_GB200,
     ),
     # NVIDIA B300 (Blackwell Ultra, sm_103) in DGX B300 / HGX B300, 8 GPUs of one NVLink 5 switch. Datasheet
     # figures as stas00/ml-engineering compute/accelerator/README.md at 744d01e tabulates them from the DGX B300
@@ -853,6 +895,7 @@ DEVICE_CATALOG: dict[str, DeviceProfile] = {
         host_kernel_us=HOST_KERNEL_US_DGX_B200,
         host_boost_ghz=4.6,
         nccl_gather_shares=NCCL_GATHER_SHARES_B300,
+        nccl_alltoall_shares=NCCL_ALLTOALL_SHARES_B300,
     ),
     # NVIDIA GB300 (a Grace Blackwell Ultra superchip's GPU, 4 a compute tray, 72 a GB300 NVL72 rack's NVLink
     # domain). NVIDIA GB300 NVL72 specifications as ml-engineering's README (above) tabulates them: 2,500 TFLOPS
@@ -900,6 +943,7 @@ DEVICE_CATALOG: dict[str, DeviceProfile] = {
         attention_backward_efficiency=round(1536 / 2500, 3),
         host_kernel_us=HOST_KERNEL_US_DGX_GB200,
         nccl_gather_shares=NCCL_GATHER_SHARES_GB300,
+        nccl_alltoall_shares=NCCL_ALLTOALL_SHARES_GB300,
     ),
     # Huawei Ascend 910B (Atlas 800T A2 training server) public specifications: 64 GB HBM2e
     # (65536 MiB), 1.6 TB/s; about 313 TFLOPS FP16 for the 910B3 (the 910B2 measures ~315 TFLOPS

@@ -65,6 +65,25 @@ MEGATRON_MODULE_SWITCHES: dict[str, tuple[str, ...]] = {
 TORCHTITAN_OP_SWITCHES: tuple[str, ...] = ("normOp", "attBMM", "ffAct")
 
 MEGATRON_WORDS: frozenset[str] = frozenset({"granularity", "modules", "method", "num_layers"})
+# MindFormers' `recompute_config` keys, in its order (mindformers/modules/transformer/transformer.py
+# `TransformerRecomputeConfig.__init__`, fd4deebc1; it refuses any other): its per-stage lists are a plan, which
+# `ppb check --plan` reads from the training yaml; a run config says the recompute in ppb's words
+MINDFORMERS_RECOMPUTE_KEYS: tuple[str, ...] = (
+    "recompute",
+    "select_recompute",
+    "parallel_optimizer_comm_recompute",
+    "select_comm_recompute",
+    "mp_comm_recompute",
+    "recompute_slice_activation",
+    "select_recompute_exclude",
+    "select_comm_recompute_exclude",
+)
+MINDFORMERS_WORDS: frozenset[str] = frozenset(MINDFORMERS_RECOMPUTE_KEYS)
+_IN_PPB_WORDS = (
+    "say `full` (every body layer fully recomputed) or ppb's switch dict, 0 for an op recomputed "
+    f"({', '.join(SWITCHES)}; the balancer chooses each layer's option), and check the yaml's own lists with "
+    "`ppb check RUN.yaml --plan your.yaml`"
+)
 TORCHTITAN_WORDS: frozenset[str] = frozenset({"mode", "option", "early_stop"})
 # torchtitan's default `selective_ac_option` (job_config.py, v0.2.2): every second block checkpointed.
 TORCHTITAN_DEFAULT_EVERY = 2
@@ -221,10 +240,14 @@ def _form(value: Any) -> str:
         return "megatron"
     if isinstance(value, TorchtitanRecompute):
         return "torchtitan"
+    if isinstance(value, bool):
+        return "bool"
     if isinstance(value, dict):
         keys = set(value)
         if keys & MEGATRON_WORDS and keys & TORCHTITAN_WORDS:
             return "mixed"
+        if keys & MINDFORMERS_WORDS:
+            return "mindformers"
         if keys & MEGATRON_WORDS:
             return "megatron"
         if keys & TORCHTITAN_WORDS:
@@ -249,15 +272,33 @@ def _mixed_words(value: dict[str, Any]) -> dict[str, Any]:
     )
 
 
+def _mindformers_words(value: dict[str, Any]) -> dict[str, Any]:
+    """MindFormers' `recompute_config` keys: said as such, not as an unknown switch whose value is no integer
+    (`recompute: true` was "training.recompute.recompute: Input should be a valid integer", session 33)."""
+    said = ", ".join(sorted(set(value) & MINDFORMERS_WORDS))
+    raise ValueError(f"{said}: MindFormers' recompute_config words; in a run config {_IN_PPB_WORDS}")
+
+
+def _bool_words(value: bool) -> bool:
+    """`recompute: true` / `false` as MindFormers' recompute_config says it: ppb's words are `full` and `{}`."""
+    said = "`full` (every body layer fully recomputed)" if value else "`{}` (ppb's switch dict, every op kept)"
+    raise ValueError(
+        f"{shown(value)}: MindFormers' recompute_config word; a run config says {said}, or a switch dict with 0 "
+        f"for an op recomputed ({', '.join(SWITCHES)})"
+    )
+
+
 Switches = Annotated[dict[str, Annotated[int, Field(ge=0, le=1)]], AfterValidator(_known_switches)]
-FORMS: tuple[str, ...] = ("switches", "full", "megatron", "torchtitan", "mixed")
+FORMS: tuple[str, ...] = ("switches", "full", "megatron", "torchtitan", "mixed", "mindformers", "bool")
 # training.recompute: one of the four forms, told apart before validation so errors name the right fields.
 RecomputeForm = Annotated[
     Annotated[Switches, Tag("switches")]
     | Annotated[Literal["full"], Tag("full")]
     | Annotated[MegatronRecompute, Tag("megatron")]
     | Annotated[TorchtitanRecompute, Tag("torchtitan")]
-    | Annotated[dict[str, Any], AfterValidator(_mixed_words), Tag("mixed")],
+    | Annotated[dict[str, Any], AfterValidator(_mixed_words), Tag("mixed")]
+    | Annotated[dict[str, Any], AfterValidator(_mindformers_words), Tag("mindformers")]
+    | Annotated[bool, AfterValidator(_bool_words), Tag("bool")],
     Discriminator(_form),
 ]
 

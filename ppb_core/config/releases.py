@@ -124,6 +124,37 @@ CHANGES: dict[str, Change] = {
         "`_Linear` cast its input alone (v1.6 to v1.13: `fp8_cast_transpose_fused` only `and not sequence_parallel`, "
         "else `cast_to_fp8`) and its backward transposed the saved FP8 input (`tex.fp8_transpose`)",
     ),
+    "te_fp8_non_tn_gemm_sm100": Change(
+        TRANSFORMER_ENGINE,
+        "819a75219",
+        "2025-01-27",
+        (2, 0),
+        "TE runs per-tensor FP8 GEMMs in every layout on compute capability 10.0 and up, so a quantized tensor's "
+        'column-wise copy there is the data itself, no FP8 transpose ("TE 2.0 code drop": utils.py '
+        "`non_tn_fp8_gemm_supported`, csrc/extensions/quantizer.cpp `create_transpose = columnwise_usage && "
+        "!non_tn_fp8_gemm_supported()`); before, every GPU ran them TN only, Blackwell too (release_v1.14, the TE "
+        "of NGC's PyTorch 25.01: linear.py `_Linear.forward` `fp8_cast_transpose_fused` whatever the device, the "
+        "weight gradient reading `inputmat_t`), the transposes Hopper still makes",
+    ),
+    "te_cp2_p2p_unbatched": Change(
+        TRANSFORMER_ENGINE,
+        "ba5dc5dde",
+        "2025-04-08",
+        (2, 3),
+        "TE's ring attention (`AttnFuncWithCPAndKVP2P`, forward and backward) exchanges a step's chunks as one "
+        '`batch_isend_irecv` only under NVTE_BATCH_MHA_P2P_COMM ("Disable automatic use of batch_p2p_comm for '
+        'CP2"); before, at every cp 2 too, whatever the GPU (`batch_p2p_comm = ... or (cp_size == 2)`: '
+        "release_v1.14 and v2.2 attention.py)",
+    ),
+    "te_cp2_p2p_batched_before_sm100": Change(
+        TRANSFORMER_ENGINE,
+        "0828aa860",
+        "2025-04-29",
+        (2, 4),
+        "TE's ring attention batches a cp 2 step's exchange again, below compute capability 10.0 only "
+        "(context_parallel.py: `batch_p2p_comm = ... or (device_compute_capability < (10, 0) and cp_size == 2)`, "
+        "#1722); between it and `te_cp2_p2p_unbatched` no cp 2 ring batched",
+    ),
     "te_grouped_saves_weights": Change(
         TRANSFORMER_ENGINE,
         "b59d1d8b3",
@@ -242,6 +273,16 @@ CHANGES: dict[str, Change] = {
         "DistributedOptimizer of their own (optimizer/__init__.py, training.py; `--no-use-layer-wise-param-layout` "
         "keeps the old path); before, every parameter in one layer-wise buffer (the old path)",
     ),
+    "checkpoint_without_output_shares_storage": Change(
+        MEGATRON_CORE,
+        "f54403492e",
+        "2026-03-11",
+        (0, 17),
+        "`CheckpointWithoutOutput`'s recompute points each discarded output at the recomputed storage "
+        '(tensor_parallel/random.py `_recompute`, `_get_share_storage`: "zero-copy storage sharing"); before, '
+        "from 3b141a2471, it resized each output's storage back and copied the recomputed one into it "
+        "(`untyped_storage().copy_`): a device copy an output of the layernorm, mla_up_proj and moe_act modules",
+    ),
     "layout_holds_mtp": Change(
         MEGATRON_CORE,
         "d7bf5aaaa8",
@@ -350,6 +391,16 @@ CHANGES: dict[str, Change] = {
         (0, 3),  # after v0.2.2 (2026-02-20), the newest tag: the next minor release
         "torchtitan reads no job TOML: a job is a config_registry function (--module, --config) with CLI "
         "overrides (#2386, config/manager.py `ConfigManager`, tomllib gone); before, `--job.config_file` TOML",
+    ),
+    "torchtitan_replicate_composes": Change(
+        TORCHTITAN,
+        "e1847f439",
+        "2026-03-09",
+        (0, 3),
+        "data-parallel replication composes with TP, PP and CP (#2458: `apply_replicate`, per-module "
+        "torch.distributed._composable.replicate, in place of `apply_ddp`); before, replicating without FSDP "
+        "ran DDP, which refused any other parallelism (models/llama3/infra/parallelize.py `parallelize_llama`: "
+        '"DDP has not supported > 1D parallelism")',
     ),
     "torchtitan_op_sac_only": Change(
         TORCHTITAN,

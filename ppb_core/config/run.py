@@ -729,8 +729,10 @@ class Device(StrictModel):
         overrides = {
             key: value for key, value in self.model_dump(exclude={"name", "reserved_mb"}).items() if value is not None
         }
-        if self.comm_efficiency is not None:  # a stated NCCL share holds for every collective, gathers included
+        # a stated NCCL share holds for every collective, gathers and all-to-alls included
+        if self.comm_efficiency is not None:
             overrides["nccl_gather_shares"] = ()
+            overrides["nccl_alltoall_shares"] = ()
         return base.replace(**overrides)
 
     @property
@@ -890,6 +892,13 @@ class TimingOptions(StrictModel):
         "casts Q and K to it and rotates them there, its half swap a BatchMatMul; under jit_level O1 priced as "
         "`flops.mindformers_rope_bytes` counts those kernels; unset, or without O1, the generic fused count "
         "(time only; framework mindformers)",
+    )
+    softmax_compute_type: Dtype | None = Field(
+        None,
+        description="MindFormers' model_config.softmax_compute_type: without flash attention its `_attn` casts the "
+        "scaled, masked scores to it for the Softmax and casts the probabilities back; under jit_level O1 priced as "
+        "`flops.mindformers_softmax_bytes` counts those kernels; unset, with flash attention or without O1, the "
+        "generic fused count (time only; framework mindformers)",
     )
     fine_grain_interleave: Literal[1, 2] | None = Field(
         None,
@@ -1424,12 +1433,27 @@ class RunConfig(StrictModel):
         MoE model's experts (`MoeTraining.model_share`), the largest of them."""
         moe = self.training.moe
         if moe.padded(self.framework):
-            return moe.capacity_factor
+            if self.framework != "mindformers":
+                return moe.capacity_factor
+            specs = [spec for spec in self.specs.values() if isinstance(spec, ModelSpec) and spec.is_moe]
+            shares = [self.mindformers_capacity_share(s.num_experts, s.experts_per_token) for s in specs]
+            return max(shares, default=moe.capacity_factor)
         if moe.dropless_imbalance != "bound" and moe.max_vio is None:
             return moe.routed_share
         specs = [spec for spec in self.specs.values() if isinstance(spec, ModelSpec) and spec.is_moe]
         shares = [moe.model_share(s.num_experts, s.experts_per_token, self.parallel.ep) for s in specs]
         return max(shares, default=1.0)
+
+    def mindformers_capacity_share(self, num_experts: int, experts_per_token: int) -> float:
+        """The slots MindFormers' MoEV2 pads each expert to, over the fair share: mindformers/modules/transformer/
+        moe.py `calculate_expert_capacity_v2` (2388c729a, a4dfb8219): ⌈k·N·factor / E⌉, at most N, rounded up to a
+        multiple of model_parallel, N the tokens the router's group holds (the micro-batch's b·s over cp; under
+        `use_seq_parallel` a4dfb8219 routes over dp·mp groups and rounds to 1: N/mp tokens, the same share)."""
+        factor, par, train = self.training.moe.capacity_factor, self.parallel, self.training
+        tokens = train.micro_batch_size * train.seq_length // par.cp
+        capacity = min(math.ceil(experts_per_token * tokens * factor / num_experts), tokens)
+        capacity = -(-capacity // par.tp) * par.tp
+        return capacity * num_experts / (experts_per_token * tokens)
 
     def layout_cells(self) -> list[list[int]] | None:
         """[chunk][stage] body layers the run's `parallel.layout` places (None: no layout)."""
@@ -1905,9 +1929,10 @@ def check_timing_words(
     if framework != "mindformers" and timing.param_dtype is not None:
         said = f"is MindFormers' param_init_type (docs/timing.md); this {whose}'s framework is {framework}"
         raise InputError(where, "timing.param_dtype", said)
-    if framework != "mindformers" and timing.rotary_dtype is not None:
-        said = f"is MindFormers' model_config word (docs/frameworks.md); this {whose}'s framework is {framework}"
-        raise InputError(where, "timing.rotary_dtype", said)
+    for word in ("rotary_dtype", "softmax_compute_type"):
+        if framework != "mindformers" and getattr(timing, word) is not None:
+            said = f"is MindFormers' model_config word (docs/frameworks.md); this {whose}'s framework is {framework}"
+            raise InputError(where, f"timing.{word}", said)
     if framework != "mindformers" and timing.jit_level is not None:
         said = f"is MindFormers' context word (docs/frameworks.md); this {whose}'s framework is {framework}"
         raise InputError(where, "timing.jit_level", said)
@@ -2268,6 +2293,27 @@ def _check_titan_etp(run: RunConfig, where: str) -> None:
         )
 
 
+def _check_titan_replicate(run: RunConfig, where: str) -> None:
+    """torchtitan before e1847f439 (2026-03-09; releases `torchtitan_replicate_composes`), v0.2.2 among them,
+    replicates without FSDP by DDP, and raises "DDP has not supported > 1D parallelism" unless the replicate
+    mesh is the whole world (v0.2.2 models/llama3/infra/parallelize.py `parallelize_llama`: FSDP2 where dp_shard
+    or cp > 1, else DDP where dp_replicate > 1). Replicating over dp > 1 beside TP or PP is a run it refuses; the
+    search ranked one first (torchtitan Llama 3.1 8B on 8 H100: tp 2, pp 2, dp 2 replicated, session 33)."""
+    par = run.parallel
+    if run.framework != "torchtitan" or run.shard_level != 0 or par.dp <= 1 or par.cp > 1:
+        return  # cp > 1 shards (refused above as replicate)
+    if (par.tp > 1 or par.pp > 1) and not run.framework_release.holds("torchtitan_replicate_composes"):
+        release = run.framework_release.torchtitan or "v0.2.2"
+        others = ", ".join(f"{name} {size}" for name, size in (("tp", par.tp), ("pp", par.pp)) if size > 1)
+        raise InputError(
+            where,
+            "parallel.zero",
+            f"replicate (zero 0) over dp {par.dp} beside {others}: torchtitan {release} replicates by DDP alone, which "
+            'refuses any other parallelism ("DDP has not supported > 1D parallelism", models/llama3/infra/'
+            "parallelize.py; composable replicate from e1847f439, 2026-03-09): set fsdp, or state that release",
+        )
+
+
 def _check_run(run: RunConfig, where: str) -> None:
     par, train = run.parallel, run.training
     release = run.framework_release
@@ -2289,6 +2335,7 @@ def _check_run(run: RunConfig, where: str) -> None:
         )
     _check_layer_sac(run, where)
     _check_titan_etp(run, where)
+    _check_titan_replicate(run, where)
     check_timing_words(run.framework, run.timing, where, flash_attention=train.flash_attention)
     check_mesh(run.device, par.devices_per_node, where)
     _check_tp_comm_overlap(run, where)

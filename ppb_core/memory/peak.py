@@ -38,6 +38,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from ppb_core.config.run import RunConfig
+from ppb_core.dominance import undominated
 from ppb_core.errors import InputError
 from ppb_core.memory.combined import ChunkNodes, chunk_nodes, node_bytes, step_extra_bytes
 from ppb_core.memory.frameworks import te_offload
@@ -52,6 +53,7 @@ from ppb_core.schedules import (
     combined_steps,
     in_flight_vectors,
     micro_batches_in_flight,
+    stage_orders,
 )
 
 if TYPE_CHECKING:  # stage_peaks is given a model: the model is built above this module (model.py)
@@ -217,7 +219,9 @@ def stage_peaks(
     one of *in_flight*); the largest kept memory among them is the stage's. *steps*, per stage,
     lists the combined 1F1B steps of Megatron's `--overlap-moe-expert-parallel-comm` (the counts as
     a step starts, its forward's chunk, its backward's: `schedules.combined_steps`), each charged
-    at its start's kept memory and what the step adds within (`memory.combined`). *option_of* gives a
+    at its start's kept memory and what the step adds within (`memory.combined`). Where a chunk's first
+    backward makes static memory (torchtitan's FSDP2 accumulators under PP), the schedule's own order is
+    walked in place of *vectors* (`_first_backward_walk`). *option_of* gives a
     body layer's option (default: `configured_options`, what the run's recompute asks of each).
     Identical layers in one cell are evaluated once. Where Megatron's `uniform` method checkpoints
     N layers as one, a cell's fully recomputed layers keep ⌈n/N⌉ inputs and a backward rebuilds N.
@@ -247,8 +251,16 @@ def stage_peaks(
     if vectors is None:
         vectors = [[tuple(in_flight[chunk][stage] for chunk in range(chunks))] for stage in range(stages)]
     extras = [[0.0] * len(vectors[stage]) for stage in range(stages)]
+    made_later = _made_by_first_backward(memory, groups) if steps is None else {}
+    walked = _first_backward_walk(memory, stages, chunks, made_later) if made_later else None
+    # at each vector, the static memory a chunk's first backward makes that is not there yet (negative)
+    unmade = [[0.0] * len(vectors[stage]) for stage in range(stages)]
+    if walked is not None:  # torchtitan's FSDP2 accumulators under PP: charged from each chunk's first backward
+        vectors, unmade = walked
+        extras = [[0.0] * len(vectors[stage]) for stage in range(stages)]
     if steps is not None:
         vectors = [[*vectors[stage], *(tuple(start) for start, _, _ in steps[stage])] for stage in range(stages)]
+        unmade = [[*unmade[stage], *(0.0 for _ in steps[stage])] for stage in range(stages)]
         extras = [
             [*extras[stage], *_step_extras(memory, layer_walk, option_of, stage, steps[stage])]
             for stage in range(stages)
@@ -268,6 +280,7 @@ def stage_peaks(
     if backward_starts is not None:  # kept memory as each backward starts, for the attention workspaces
         vectors = [[*vectors[stage], *(v for v, _ in backward_starts[stage])] for stage in range(stages)]
         extras = [[*extras[stage], *(0.0 for _ in backward_starts[stage])] for stage in range(stages)]
+        unmade = [[*unmade[stage], *(0.0 for _ in backward_starts[stage])] for stage in range(stages)]
     cell_workspace: dict[tuple[int, int], float] = {}  # a body's working set + its attention workspace
     tail_held: dict[tuple[int, int], float] = {}  # the TAIL's kept memory of one micro-batch
     # where the framework frees the TAIL's micro-batch before the layers under it run their backward
@@ -352,8 +365,11 @@ def stage_peaks(
         workspace = memory.rules.workspace_bytes(memory.setup, kinds_of[stage])  # once per device, always
         workspace += _graph_buffers(memory.run, groups, stage, vectors[stage])  # CUDA graphs' static buffers
         # the vector of the largest activations + buffers (on a tie, the first listed)
-        index = max(range(candidates[stage]), key=lambda i: (sum(dynamic[stage][i]) + extras[stage][i], -i))
-        peak_kept = sum(dynamic[stage][index]) + extras[stage][index]
+        index = max(
+            range(candidates[stage]),
+            key=lambda i: (sum(dynamic[stage][i]) + extras[stage][i] + unmade[stage][i], -i),
+        )
+        peak_kept = sum(dynamic[stage][index]) + extras[stage][index] + unmade[stage][index]
         working = total["work"]
         for (at, chunk), cell_working in after_loss.items():
             if at != stage:
@@ -376,7 +392,7 @@ def stage_peaks(
                 stage=stage,
                 body_layers=total["body"],
                 in_flight=tuple(vectors[stage][index]),
-                static_bytes=total["static"] + workspace,
+                static_bytes=total["static"] + workspace + unmade[stage][index],
                 activation_bytes=dynamic[stage][index][0] + extras[stage][index],
                 buffer_bytes=dynamic[stage][index][1] + total["deferred"],  # held to the flush, not the step
                 working_bytes=working,
@@ -451,6 +467,84 @@ def _attention_workspaces(memory: MemoryModel, groups: Counter) -> dict:
         if kind not in found:
             found[kind] = memory.attention_workspace_bytes(Layer(model_name, node, kind, 0, chunk, stage))
     return {kind: bytes_ for kind, bytes_ in found.items() if bytes_ > 0}
+
+
+def _made_by_first_backward(memory: MemoryModel, groups: Counter) -> dict[tuple[int, int], float]:
+    """{(stage, chunk): the static memory its first backward of the step creates} where there is any
+    (`FrameworkRules.first_backward_bytes`: torchtitan's FSDP2 accumulators under PP), scaled as static is."""
+    made: dict[tuple[int, int], float] = {}
+    for (stage, chunk, model_name, node, kind, *_), count in groups.items():
+        layer = Layer(model_name, node, kind, 0, chunk, stage)
+        found = memory.rules.first_backward_bytes(memory.parameters(layer), memory.setup) * memory.correction.static
+        if found:
+            made[(stage, chunk)] = made.get((stage, chunk), 0.0) + count * found
+    return made
+
+
+def _first_backward_walk(
+    memory: MemoryModel, stages: int, chunks: int, made_later: dict[tuple[int, int], float]
+) -> tuple[list[list[tuple[int, ...]]], list[list[float]]] | None:
+    """Per stage, the micro-batches held per chunk at every moment of its order that can peak, each with
+    what is not yet there of the static memory a chunk's first backward makes (negative): as each backward
+    starts (its chunk's memory not made if it is the first) and, after a chunk's first backward, with it made
+    and that micro-batch freed (within that backward the layers' accumulators grow as their activations go,
+    so the larger is at an end). The static sums count it whole; these extras take off what is not yet
+    made. None where the run's schedule cannot say (sizes it refuses)."""
+    run = memory.run
+    par = run.parallel
+    try:
+        moments = _first_backward_moments(
+            par.schedule, stages, chunks, run.training.micro_batches, par.microbatch_group_size_per_vp_stage
+        )
+    except ValueError:
+        return None
+    vectors: list[list[tuple[int, ...]]] = []
+    extras: list[list[float]] = []
+    for stage, by_made in enumerate(moments):
+        kept_vectors: list[tuple[int, ...]] = []
+        unmade: list[float] = []
+        for done, held_vectors in by_made:
+            missing = -sum(made_later.get((stage, chunk), 0.0) for chunk in range(chunks) if chunk not in done)
+            kept_vectors += held_vectors
+            unmade += [missing] * len(held_vectors)
+        vectors.append(kept_vectors)
+        extras.append(unmade)
+    return vectors, extras
+
+
+@functools.lru_cache(maxsize=64)
+def _first_backward_moments(
+    schedule: str, stages: int, chunks: int, micro_batches: int, group: int | None
+) -> tuple[tuple[tuple[frozenset[int], tuple[tuple[int, ...], ...]], ...], ...]:
+    """Per stage, (the chunks whose first backward has run, the Pareto-maximal vectors held with those made) for
+    every made set its order passes through (`_first_backward_walk`; at most chunks + 1): the schedule's alone,
+    so a search's many plans of one schedule walk it once."""
+    found_by_stage = []
+    for order in stage_orders(schedule, stages, chunks, micro_batches, group):
+        held = [0] * chunks
+        made: set[int] = set()
+        found: dict[tuple[tuple[int, ...], frozenset[int]], None] = {}
+        for op in order:
+            if op.kind == "F":
+                held[op.chunk] += 1
+                found[(tuple(held), frozenset(made))] = None
+                continue
+            found[(tuple(held), frozenset(made))] = None  # as the backward starts
+            held[op.chunk] -= 1
+            if op.chunk not in made:
+                made.add(op.chunk)
+                found[(tuple(held), frozenset(made))] = None
+        by_made: dict[frozenset[int], list[tuple[int, ...]]] = {}
+        for vector, done in found:
+            by_made.setdefault(done, []).append(vector)
+        # with the same made, the Pareto-maximal vectors are the ones that can peak
+        found_by_stage.append(
+            tuple(
+                (done, tuple(vectors[i] for i in undominated([[-n for n in vector] for vector in vectors])))
+                for done, vectors in by_made.items()
+            )
+        )
+    return tuple(found_by_stage)
 
 
 def _backward_starts(memory: MemoryModel, stages: int, chunks: int) -> list[list[tuple[tuple[int, ...], int]]] | None:

@@ -90,6 +90,9 @@ class MemorySetup(Geometry):
     fp8_fsdp_all_gather: bool = (
         False  # torchtitan's FSDP gathers Float8 linear weights in float8 (timing.fp8_fsdp_all_gather)
     )
+    # torchtitan copies K and V out to every query head before SDPA (timing.repeat_kv; model.py `repeat_kv`
+    # until ff0829c10): what its context-parallel ring gathers and exchanges (frameworks/ring.py)
+    repeat_kv: bool = False
     # MindSpore's optimizer parallel (framework mindformers, parallel.enable_parallel_optimizer true;
     # frameworks/mindformers.py): the weights' shard group (0: the data-parallel group), the size under which
     # a weight stays whole (KB, of `param_bytes` per element), whether accumulated gradients are sharded,
@@ -172,6 +175,7 @@ class MemorySetup(Geometry):
             compiled_blocks=run.timing.torch_compile,
             compiled_loss=run.timing.compiled_loss,
             fp8_fsdp_all_gather=run.timing.fp8_fsdp_all_gather,
+            repeat_kv=run.framework == "torchtitan" and run.timing.repeat_kv,
             fsdp_units=run.timing.fsdp_units if run.framework == "torchtitan" else "split",
             **_optimizer_parallel(run),
         )

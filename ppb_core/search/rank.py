@@ -775,6 +775,7 @@ def search_points(
             progress,
             "screening done",
             screened=counts["screened"],
+            total=len(points),
             seconds=time.perf_counter() - started,
             # the balances ahead: one a ranked place (a strategy refused by its bound or its balance fills
             # none), within the balance budget and the grid

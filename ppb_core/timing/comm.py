@@ -11,7 +11,9 @@ group's size, `nccl_gather_shares`; one
 `collective_latency_us` per step, plus `inter_node_latency_us` when the group leaves the node):
 - all-gather / reduce-scatter of a P-byte tensor over g ranks: a ring, P·(g−1)/g bytes, g−1 steps;
 - all-reduce: reduce-scatter then all-gather, 2·P·(g−1)/g bytes, 2(g−1) steps;
-- all-to-all: each rank sends P/g to each peer; peers in the node over the intra-node link and
+- all-to-all: each rank sends P/g to each peer; peers in the node over the intra-node link (a group inside one
+  NVLink domain at NCCL's measured all-to-all share for its size, `nccl_alltoall_shares`, a flex dispatcher's
+  own kernels at the link's `comm_efficiency`) and
   the rest over the inter-node link at the same time, g−1 steps (a dispatcher that sends a token
   once per destination node states the bytes leaving the node: `Collective.inter_node_bytes`); a
   backend measured within one NVLink domain (`Collective.algorithm_bytes_per_s`: HybridEP's kernels,
@@ -69,6 +71,8 @@ class Links:
     # (`DeviceProfile.nccl_gather_shares`, `link_bytes_per_s`); (): `intra_node_bytes_per_s`
     gather_shares: tuple[tuple[int, float], ...] = ()
     link_bytes_per_s: float = 0.0
+    # NCCL's all-to-all share the same way (`DeviceProfile.nccl_alltoall_shares`); (): `intra_node_bytes_per_s`
+    alltoall_shares: tuple[tuple[int, float], ...] = ()
 
     @classmethod
     def from_run(cls, run: RunConfig, device: DeviceProfile | None = None) -> Links:
@@ -97,6 +101,7 @@ class Links:
             mesh_links=device.intra_node_links,
             gather_shares=device.nccl_gather_shares,
             link_bytes_per_s=device.intra_node_bandwidth_gbs * 1e9,
+            alltoall_shares=device.nccl_alltoall_shares,
         )
 
     def node_bytes_per_s(self, local: int) -> float:
@@ -132,6 +137,13 @@ class Links:
             return self.link_bytes_per_s * measured_share(self.gather_shares, size)
         return self.ring_bytes_per_s(local, size)
 
+    def alltoall_bytes_per_s(self, local: int, size: int) -> float:
+        """What one device of an NCCL all-to-all sends to its node's peers per direction: inside one NVLink domain
+        the share measured for its group size (`DeviceProfile.nccl_alltoall_shares`), else `node_bytes_per_s`."""
+        if local >= size and not self.mesh_links and self.alltoall_shares:
+            return self.link_bytes_per_s * measured_share(self.alltoall_shares, size)
+        return self.node_bytes_per_s(local)
+
     def in_node(self, group: Group) -> int:
         """How many of the group's ranks share a node with any one of them."""
         if group.span <= self.devices_per_node:
@@ -154,7 +166,8 @@ def collective_seconds(collective: Collective, links: Links) -> float:
             # own latency in the measurement (`ppb_core.timing.flex`, HybridEP)
             return payload / collective.algorithm_bytes_per_s
         share = payload / size
-        intra = share * (local - 1) / links.node_bytes_per_s(local) if local > 1 else 0.0
+        node = links.node_bytes_per_s(local) if collective.flex_backend else links.alltoall_bytes_per_s(local, size)
+        intra = share * (local - 1) / node if local > 1 else 0.0
         leaving = share * (size - local) if collective.inter_node_bytes is None else collective.inter_node_bytes
         inter = leaving / (collective.inter_node_bytes_per_s or links.inter_node_bytes_per_s)
         return max(intra, inter) + (size - 1) * step

@@ -133,6 +133,9 @@ class Collective:
     # All-to-all across nodes: the backend's measured rate for a byte leaving a node (HybridEP's on H100,
     # `ppb_core.timing.flex.hybridep_ib_rates`), bytes/s; 0: the links' NIC rate.
     inter_node_bytes_per_s: float = 0.0
+    # All-to-all by a flex dispatcher's own kernels (DeepEP, HybridEP, NCCL EP), not NCCL's grouped sends and
+    # receives: NCCL's measured all-to-all share (`DeviceProfile.nccl_alltoall_shares`) is not theirs.
+    flex_backend: bool = False
 
 
 @dataclass(frozen=True)
@@ -274,6 +277,30 @@ def expert_fp8_pads(run: RunConfig) -> int:
     return 2 if run.framework_release.holds("experts_weight_probs") else 1
 
 
+def mindformers_moev2(run: RunConfig) -> bool:
+    """Whether a MindFormers MoE runs as MoEV2 does without sequence parallelism (mindformers/modules/transformer/
+    moe.py `MoEV2.construct` and `ffn_forward`, 2388c729a, the commit of the DeepSeek-V2 card's figure, and
+    `_ffn_forward` at a4dfb8219): a capacity (`use_gmm` off; MoEV3 is dropless, `etp: 1`), experts split over
+    model_parallel (llama_layer.py `LlamaFeedForward.shard`, expert_num > 1: w1/w3 `(ep, mp, 1)`, w2 `(ep, 1, mp)`,
+    so etp is tp), `use_seq_parallel` off. Its tokens are whole on every model-parallel rank (the norm's
+    `(dp, 1, 1)`): each rank routes the micro-batch, gathers it into the (expert, capacity) slots
+    (`TopkRouterV2.dispatch`) and all-to-alls that whole tensor over `expert_parallel` (the reshape to
+    `(dp_moe, ep, E, n, h)` then `transpose_5dim_ep2`'s `(dp_moe, 1, ep, 1, 1)`: MindSpore's redistribution
+    moves the axis the slice is split on with one AllToAll of the rank's slice under `enable_alltoall`,
+    mindspore-ai/mindspore frontend/parallel/tensor_layout/redistribution_operator_infer.cc
+    `InferPermuteByAxis`, stored 9eb43866); `group_wise_a2a` (MoEConfig default False, "converting part of
+    intercommunication into intra communication") would slice the capacity over mp first and is not priced.
+    Under `use_seq_parallel` a4dfb8219's `_ffn_forward_sq` runs instead (not read: priced as before)."""
+    par, moe = run.parallel, run.training.moe
+    return (
+        run.framework == "mindformers"
+        and not moe.dropless
+        and not par.sequence_parallel
+        and par.tp > 1
+        and par.expert_tp == par.tp
+    )
+
+
 def _hybridep_rates(run: RunConfig) -> tuple[float, ...]:
     """HybridEP's measured kernel rates for a run whose expert-parallel group sits in one NVLink domain
     (`ppb_core.timing.flex.hybridep_rates`): its dispatch API's SMs, Megatron's `moe_hybridep_num_sms` (the flex
@@ -306,6 +333,12 @@ class OpGeometry(Geometry):
 
     ep_nodes: int = 1  # nodes the expert-parallel group spans
     dispatcher: str = "alltoall"  # alltoall | allgather (Megatron's default) | deepep | hybridep | ncclep (flex)
+    # MindFormers' BatchMatMul MoE (MoEV2) without sequence parallelism, its experts split over model_parallel:
+    # every TP rank routes, dispatches and all-to-alls the whole micro-batch (`mindformers_moev2`)
+    mindformers_moev2: bool = False
+    # MindFormers' unfused attention under jit_level O1: softmax_compute_type's bytes (`mindformers_softmax_bytes`;
+    # 0 unset, flash attention, or another level or framework)
+    mindformers_softmax_bytes: int = 0
     flex_in_kernel: bool = False  # the flex backend permutes inside its dispatch and combine (`flex`)
     flex_sms: int = 0  # SMs the flex backend's dispatch and combine take beside compute (`flex.flex_sms`)
     # ... its combine direction's (the combine, the dispatch's backward) where they differ: fused HybridEP's
@@ -421,6 +454,13 @@ class OpGeometry(Geometry):
             **Geometry.run_fields(run),
             ep_nodes=max(1, -(-par.expert_tp * par.ep // par.devices_per_node)),
             dispatcher=run.timing.moe_dispatcher,
+            mindformers_moev2=mindformers_moev2(run),
+            mindformers_softmax_bytes=DTYPE_BYTES[run.timing.softmax_compute_type]
+            if run.framework == "mindformers"
+            and run.timing.jit_level == "O1"
+            and run.timing.softmax_compute_type
+            and not train.flash_attention
+            else 0,
             framework=run.framework,
             transformer_impl=run.timing.transformer_impl,
             cross_entropy_fusion=run.timing.cross_entropy_fusion,
@@ -475,7 +515,10 @@ class OpGeometry(Geometry):
             cp_rotate=run.timing.cp_rotate_method,
             # the ring's ranks: under hierarchical CP its second level's (`Parallel.cp_a2a`)
             cp_p2p_batched=cp_p2p_batched(
-                run.parallel.cp // run.parallel.cp_a2a, run.device.profile().compute_capability
+                run.parallel.cp // run.parallel.cp_a2a,
+                run.device.profile().compute_capability,
+                unbatched_cp2=run.framework_release.holds("te_cp2_p2p_unbatched"),
+                batched_before_sm100=run.framework_release.holds("te_cp2_p2p_batched_before_sm100"),
             ),
             ub_methods=tuple(sorted(run.timing.tp_comm_overlap_methods.items())),
             # HybridEP never dispatches FP8 under Megatron (fused_a2a.py `init_hybrid_ep_buffer` asserts
@@ -507,13 +550,19 @@ class OpGeometry(Geometry):
         return super().attention_pairs(window)
 
 
-def cp_p2p_batched(cp: int, compute_capability: float) -> bool:
+def cp_p2p_batched(
+    cp: int, compute_capability: float, unbatched_cp2: bool = True, batched_before_sm100: bool = True
+) -> bool:
     """Whether TransformerEngine's ring exchanges its chunks as one `batch_isend_irecv` a step (one NCCL
     launch) rather than a separate `isend` and `irecv` (two): `AttnFuncWithCPAndKVP2P` forward and
     backward, d0067d0d, `batch_p2p_comm = NVTE_BATCH_MHA_P2P_COMM or (device_compute_capability < (10, 0)
-    and cp_size == 2)`, as since v2.4 (0828aa860; v2.3, ba5dc5dde, batched only under the variable,
-    and before it at every cp 2). The variable, off by default, is not read."""
-    return cp == 2 and compute_capability < 10.0
+    and cp_size == 2)`, as since v2.4 (0828aa860, `batched_before_sm100`); v2.3 (ba5dc5dde,
+    `unbatched_cp2`) batched only under the variable, and before it TE batched every cp 2 whatever the
+    GPU (release_v1.14 and v2.2 attention.py: `... or (cp_size == 2)`), as the NeMo 25.02 and 25.04
+    containers' TE ran on Blackwell (`releases.CHANGES`). The variable, off by default, is not read."""
+    if not unbatched_cp2:
+        return cp == 2
+    return batched_before_sm100 and cp == 2 and compute_capability < 10.0
 
 
 def _matmul(
@@ -1012,6 +1061,11 @@ def _projections(kind: BodyKind, geo: OpGeometry, p: str, norm: str) -> tuple[li
             # layernorm_linear.py `forward`: `gather_along_first_dim(..., quantizer=...)`, the bytes of
             # `te_fp8_gather_bytes`) and, under current scaling, each all-reduces its amax; the rotary key
             # goes through Megatron's own gather in the compute dtype.
+            # Under selective `mla_up_proj` recompute the backward replays the up-projections whole
+            # (multi_latent_attention.py `get_query_key_value_tensors`: `qkv_up_proj_and_rope_apply` run by
+            # `CheckpointWithoutOutput`, tensor_parallel/random.py `_recompute`, at c08d89bea0 and d98e8a64), so
+            # both linears gather their latent shards again; the key's rotary part was gathered before the
+            # checkpoint and is not (`recompute_comm`: two calls, the latents only; `pricer.MEGATRON_REPLAYS`).
             gather, regather = entry[0], entry[1]
             latents = geo.tokens * ((att.q_lora_rank or h) + att.kv_lora_rank)
             forward, again = geo.te_fp8_gather[:2] if geo.te_fp8_gather else (bc, bc)
@@ -1024,6 +1078,7 @@ def _projections(kind: BodyKind, geo: OpGeometry, p: str, norm: str) -> tuple[li
                         calls=3,
                     ),
                     backward_comm=dataclasses.replace(gather.backward_comm, calls=3),
+                    recompute_comm=dataclasses.replace(gather.forward_comm, payload_bytes=latents * forward, calls=2),
                 ),
                 dataclasses.replace(
                     regather,
@@ -1325,7 +1380,16 @@ def _core(kind: BodyKind, geo: OpGeometry, p: str, qk: list[str], v: list[str]) 
             switch="softmax",
             inputs=(scores, *mask),
         )
-        ops.append(_torch_softmax(softmax, geo, pairs) if geo.torch_softmax else softmax)
+        if geo.torch_softmax:
+            softmax = _torch_softmax(softmax, geo, pairs)
+        elif geo.mindformers_softmax_bytes:
+            forward, backward = mindformers_softmax_bytes(bc, geo.mindformers_softmax_bytes)
+            # the Casts are kernels of their own only where softmax_compute_type is not the compute dtype
+            kernels = 3.0 if geo.mindformers_softmax_bytes != bc else 2.0
+            softmax = dataclasses.replace(
+                softmax, bytes=forward * pairs, backward_bytes=backward * pairs, launches=(kernels, kernels)
+            )
+        ops.append(softmax)
         probs = p + "softmax"
         if kind.attention_dropout > 0:
             ops += [
@@ -1549,7 +1613,7 @@ def _stepped_ring(
       each beside one step, as Megatron's; the backward shifts them again (compiled: CSE'd away too).
     - Megatron: each step sends this rank's K, V chunk to the next rank while it computes
       (`flash_attn_p2p_communicate`: one batch_isend_irecv at cp 2 before Blackwell, else an isend and an
-      irecv, `cp_p2p_batched`; waited at the next step): cp−1 exchanges, each
+      irecv; before TE v2.3 at every cp 2, `cp_p2p_batched`; waited at the next step): cp−1 exchanges, each
       beside one step. The backward sends K, V again with the dK, dV (16-bit) of the steps so far:
       K, V at steps 0…cp−2, dK, dV at steps 1…cp−1, cp exchanges beside one step each.
     Neither keeps more than one chunk's K, V for the backward (TE d0067d0d `AttnFuncWithCPAndKVP2P.
@@ -1624,6 +1688,26 @@ def te_attention_mask(name: str, block: str, elements: float) -> Op:
     """TransformerEngine's unfused attention mask, built each forward for *elements* (query, key) pairs."""
     op = _elementwise(name, block, TE_MASK_BYTES * elements, 0.0, transient=True)
     return dataclasses.replace(op, launches=(float(TE_MASK_KERNELS), 0.0))
+
+
+def mindformers_softmax_bytes(bc: int, softmax: int) -> tuple[float, float]:
+    """Bytes a score element of MindFormers' unfused attention under jit_level O1, (forward, backward): `_attn`
+    (mindformers/models/llama/llama_transformer.py at a4dfb8219; research/deepseek2/deepseek2_transformer.py at
+    2388c729a alike) scales the BatchMatMul's scores (Mul), adds the mask (Add), casts them to
+    softmax_compute_type (Cast), runs Softmax and casts the probabilities back to the compute dtype for the next
+    BatchMatMul. DVM clusters the Mul, Add and Cast (element-wise, level 0) into one kernel: read bc, write s
+    (the broadcast mask not counted); Softmax is not a DVM op on Ascend (graph_kernel_expander_cloud.cc
+    `expand_ops_with_level_dvm`, stored 073ad857, lists neither it nor SoftmaxGradExt at level 0): an aclnn
+    kernel, read and write s; the Cast back its own kernel before the BatchMatMul: read s, write bc (none where
+    s is the compute dtype). Backward: the Cast's gradient up (read bc, write s), `SoftmaxBackward` (MindSpore's
+    Softmax bprop, frontend/expander/bprop grad_nn_ops.cc: one kernel reading the gradient and the output and
+    writing its own, 3s), then the Cast down fused with the scale's Mul (read s, write bc). *bc* the compute
+    dtype's bytes, *softmax* softmax_compute_type's: at float32 over bf16 20 and 24 bytes against the fused
+    kernel's 4 and 6, in three kernels each way (two where no Cast runs)."""
+    cast = softmax != bc
+    forward = (bc + softmax) + 2 * softmax + ((softmax + bc) if cast else 0)
+    backward = ((bc + softmax) if cast else 0) + 3 * softmax + (softmax + bc)
+    return float(forward), float(backward)
 
 
 def _torch_softmax(op: Op, geo: OpGeometry, pairs: float) -> Op:
@@ -2002,8 +2086,9 @@ def moe_ops(kind: BodyKind, moe: Moe, geo: OpGeometry, p: str = "") -> list[Op]:
     h, bc, block = kind.hidden_size, geo.dtype_bytes, "moe"
     k, experts = moe.experts_per_token, moe.num_experts
     whole = geo.whole_tokens
-    routed = geo.tokens / geo.tp * k  # token copies this rank sends out
-    rows = routed * geo.etp * geo.routing_factor  # token copies this rank's experts compute
+    moev2 = geo.mindformers_moev2  # every TP rank sends the whole micro-batch's copies (`mindformers_moev2`)
+    routed = (whole if moev2 else geo.tokens / geo.tp) * k  # token copies this rank sends out
+    rows = routed * (1 if moev2 else geo.etp) * geo.routing_factor  # token copies this rank's experts compute
     norm = p + "norm2"
     ops = [
         _norm(norm, block, whole, h, bc, kind.norm.kind == "rmsnorm", switch="normOp"),
@@ -2050,6 +2135,8 @@ def moe_ops(kind: BodyKind, moe: Moe, geo: OpGeometry, p: str = "") -> list[Op]:
     local_pass = (sent + routed) * geo.routing_factor * h * bc if flex else 2 * routed * h * bc
     # the permute direction's pass (the permute, the unpermute's backward) and the unpermute direction's
     permute_pass = unpermute_pass = local_pass
+    if moev2:
+        permute_pass, unpermute_pass, permute_launches, unpermute_launches = _moev2_passes(geo, whole, k, h)
     if geo.flex_in_kernel:  # inside the dispatch and combine kernels: no launch of its own
         permute_launches, unpermute_launches = (0.0, 0.0), (0.0, 0.0)
         # HybridEP's permute copies each chunk as it lands, under the transfer; its unpermute blocks run their
@@ -2109,7 +2196,7 @@ def moe_ops(kind: BodyKind, moe: Moe, geo: OpGeometry, p: str = "") -> list[Op]:
                 p + "permute",
                 block,
                 permute_pass + sort + routing_map_bytes,
-                unpermute_pass + sort,
+                (permute_pass if moev2 else unpermute_pass) + sort,
                 inputs=(norm, p + "router_topk"),
             ),
             launches=permute_launches,
@@ -2152,6 +2239,7 @@ def moe_ops(kind: BodyKind, moe: Moe, geo: OpGeometry, p: str = "") -> list[Op]:
                     sms=geo.flex_sms,
                     algorithm_bytes_per_s=dispatch_rate,
                     inter_node_bytes_per_s=dispatch_ib,
+                    flex_backend=flex,
                 ),
                 backward_comm=Collective(
                     ALL_TO_ALL,
@@ -2164,11 +2252,24 @@ def moe_ops(kind: BodyKind, moe: Moe, geo: OpGeometry, p: str = "") -> list[Op]:
                     sms=combine_sms,
                     algorithm_bytes_per_s=combine_rate,
                     inter_node_bytes_per_s=combine_ib,
+                    flex_backend=flex,
                 ),
             )
         )
         source = p + "dispatch"
-    if geo.etp > 1:
+    if geo.etp > 1 and moev2:
+        # the experts' column-split w1 and w3 read the whole rows on every rank: their input gradient's partial
+        # sums all-reduced over model_parallel in the backward, as a dense layer's without sequence parallelism
+        ops.append(
+            Op(
+                p + "reduce_experts_grad",
+                block,
+                COMM,
+                inputs=(source,),
+                backward_comm=Collective(ALL_REDUCE, "etp", rows * h * bc, "tp_async", (p + "experts_in", "wgrad")),
+            )
+        )
+    elif geo.etp > 1:
         gathered = rows * h * bc + rows * geo.router_bytes * megatron_a2a
         ops.append(
             Op(
@@ -2237,8 +2338,14 @@ def moe_ops(kind: BodyKind, moe: Moe, geo: OpGeometry, p: str = "") -> list[Op]:
                 block,
                 COMM,
                 inputs=(source,),
-                forward_comm=Collective(REDUCE_SCATTER, "etp", combined, "tp"),
-                backward_comm=Collective(ALL_GATHER, "etp", combined, "tp", (p + "experts_out", "dgrad")),
+                # MoEV2's w2 `(dp, ep, 1, mp), (ep, 1, mp)` without an out strategy: its partial sums all-reduced
+                # (MindSpore's default for a split reduction axis), the output whole on every rank
+                forward_comm=Collective(ALL_REDUCE, "etp", combined, "tp")
+                if moev2
+                else Collective(REDUCE_SCATTER, "etp", combined, "tp"),
+                backward_comm=None
+                if moev2
+                else Collective(ALL_GATHER, "etp", combined, "tp", (p + "experts_out", "dgrad")),
             )
         )
         source = p + "reduce_experts"
@@ -2273,6 +2380,7 @@ def moe_ops(kind: BodyKind, moe: Moe, geo: OpGeometry, p: str = "") -> list[Op]:
                     sms=combine_sms,
                     algorithm_bytes_per_s=combine_rate,
                     inter_node_bytes_per_s=combine_ib,
+                    flex_backend=flex,
                 ),
                 backward_comm=Collective(
                     ALL_TO_ALL,
@@ -2284,14 +2392,15 @@ def moe_ops(kind: BodyKind, moe: Moe, geo: OpGeometry, p: str = "") -> list[Op]:
                     sms=geo.flex_sms,
                     algorithm_bytes_per_s=dispatch_rate,
                     inter_node_bytes_per_s=dispatch_ib,
+                    flex_backend=flex,
                 ),
             )
         )
         source = p + "combine"
     # Weighted sum of each token's k expert outputs back in token order; the flex backends sum a token's
     # copies on one rank into its slot, their combine summing across ranks (`ppb_core.timing.flex`).
-    back = unpermute_pass if flex else (k + 1) * geo.tokens / geo.tp * h * bc + 2 * rows * h * bc * sorts
-    back_backward = permute_pass if flex else back
+    back = unpermute_pass if flex or moev2 else (k + 1) * geo.tokens / geo.tp * h * bc + 2 * rows * h * bc * sorts
+    back_backward = permute_pass if flex else back  # MoEV2: its own pass (`_moev2_passes`)
     ops.append(
         dataclasses.replace(
             _elementwise(
@@ -2305,6 +2414,26 @@ def moe_ops(kind: BodyKind, moe: Moe, geo: OpGeometry, p: str = "") -> list[Op]:
         )
     )
     return _shared_and_residual(ops, kind, moe, geo, norm, p)
+
+
+def _moev2_passes(
+    geo: OpGeometry, whole: float, k: int, h: int
+) -> tuple[float, float, tuple[float, float], tuple[float, float]]:
+    """MindFormers MoEV2's local dispatch and combine on a rank's whole micro-batch (mindformers/modules/transformer/
+    moe.py `TopkRouterV2.dispatch` / `combine`, 2388c729a and a4dfb8219), bytes each way (a Gather's backward is a
+    scatter-add of as many rows) and launches (forward, backward). N tokens, C = N·k·capacity slots. Dispatch: the
+    zero row concatenated before the tokens (`concat_3d`: read N, write N + 1 rows) and the Gather into the
+    (expert, capacity) slots (read and write C rows). Combine: the experts' output behind a zero row an expert
+    (`concat`: read C, write C + E rows), the Gather of each token's k slots (read and write N·k rows) and the
+    router coefficients' Mul with the ReduceSum over k: under jit_level O1 one DVM kernel (element-wise into the
+    reduction after it, `dvm::FuseReduceFwd`: read N·k, write N rows), else two (the product written and read)."""
+    bc = geo.dtype_bytes
+    slots = whole * k * geo.routing_factor
+    dispatch = (2 * whole + 2 * slots) * h * bc
+    fused = geo.jit_level == "O1"
+    combine = (2 * slots + 2 * whole * k + whole * k + whole + (0.0 if fused else 2 * whole * k)) * h * bc
+    combine_kernels = 3.0 if fused else 4.0
+    return dispatch, combine, (2.0, 2.0), (combine_kernels, combine_kernels)
 
 
 # Kernel launches of Megatron's alltoall dispatcher's local steps (token_dispatcher.py

@@ -281,6 +281,7 @@ def layer_host_waits(
     dropless: bool,
     copy_after_permute: bool = False,
     backward_s: Mapping[str, float] | None = None,
+    rerun_launches: float = 0.0,
 ) -> HostWaits:
     """A layer's waits for the host. The forward and the plain backward each take at least their
     launches (*launches*: each op's forward and backward, `ppb_core.timing.launches`) × *launch_s*
@@ -292,7 +293,9 @@ def layer_host_waits(
     the backward's own launches (`rerun_dispatch_wait_s`). Both count in the host's time of the backward
     (`launch_backward`, what a combined step cannot beat). *copy_after_permute*: `dispatcher_wait_s`'s. A
     rerun op that synchronizes (`Op.syncs`, not a dispatch) waits too (`rerun_sync_wait_s`); both with each
-    op's backward seconds *backward_s*."""
+    op's backward seconds *backward_s*. *rerun_launches*: what the rerun launches beyond its ops' forward
+    counts (a collective re-sent in fewer calls, `Op.recompute_comm`; `CheckpointWithoutOutput`'s restore
+    copies, `checkpoint_copies`)."""
     wait = hidden = 0.0
     if dispatcher:
         forward_launches = {name: count[0] for name, count in launches.items()}
@@ -310,7 +313,7 @@ def layer_host_waits(
         hidden = sum(piece for piece, after_experts in waits if not after_experts)
     launched_forward = sum(count[0] for count in launches.values())
     launched_backward = sum(count[1] for count in launches.values())
-    launched_again = sum(launches.get(name, (1.0, 0.0))[0] for name in rerun)
+    launched_again = sum(launches.get(name, (1.0, 0.0))[0] for name in rerun) + rerun_launches
     forward = wait if wait else host_excess_s(device_s[0], launched_forward, launch_s)
     # The backward reruns its checkpointed ops first (Megatron's tensor_parallel.random
     # `CheckpointFunction.backward` / `CheckpointWithoutOutput.recompute`, d98e8a64: the forward's Python

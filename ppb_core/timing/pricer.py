@@ -29,15 +29,17 @@ from typing import Any
 from ppb_core.config.run import DTYPE_BYTES, Overlap, RunConfig
 from ppb_core.errors import InputError
 from ppb_core.memory.frameworks.torchtitan import op_policy_supported
-from ppb_core.model.kinds import LayerKind, TailKind
+from ppb_core.model.kinds import BodyKind, LayerKind, TailKind
 from ppb_core.model.switches import OPTIONS, SELECTIVE_OPTIONS, LayerType, normalized, option_state
 from ppb_core.model.walk import BODY, HEAD, TAIL, Layer, walk
 from ppb_core.timing.calibration import Calibration, Measurement, fit_calibration, fit_report, read_calibration
+from ppb_core.timing.checkpoint_copies import storage_copies
 from ppb_core.timing.comm import Links, collective_seconds, hop_seconds, one_shot_seconds
 from ppb_core.timing.flops import (
     ALL_GATHER,
     COMM,
     MATMUL,
+    MEMORY,
     REDUCE_SCATTER,
     Collective,
     Op,
@@ -112,6 +114,10 @@ MEGATRON_REPLAYS: dict[str, tuple[str, ...]] = {
         *_SHARED,
     ),
     "shared_experts": _SHARED,
+    # `CheckpointWithoutOutput` replays `qkv_up_proj_and_rope_apply` whole, the TE column-parallel up-projections'
+    # all-gathers of their latent shards under SP too (multi_latent_attention.py, c08d89bea0 and d98e8a64): the
+    # gather's `recompute_comm` (flops._projections); the norms, up-projections and rotary it reruns by `attUp`.
+    "mla_up_proj": ("gather_latents",),
 }
 # The activation each Megatron module recomputes, by op: ppb's `ffAct` switch is one for a layer's every
 # activation, Megatron's modules are not. "mlp" checkpoints a dense layer's MLP only (transformer_layer.py
@@ -187,6 +193,9 @@ class OpTime:
     comm_bytes: float
     ms: float
 
+
+# the breakdown's row for `CheckpointWithoutOutput`'s restore copies (`TimeModel._restored`), no op of the table
+RESTORE_COPIES = "checkpoint_restore_copies"
 
 # TransformerEngine's compute streams for a grouped GEMM's per-expert GEMMs (`TimeModel._grouped_rounds`).
 TE_COMPUTE_STREAMS = 4
@@ -400,6 +409,12 @@ class TimeModel:
             and run.timing.transformer_impl == "transformer_engine"
             and not run.framework_release.holds("te_fp8_input_transposed_in_forward")
         )
+        # per-tensor FP8 GEMMs TN only, so the column-wise copy an FP8 transpose: below Blackwell, and on Blackwell
+        # under TE before v2.0 (`releases.CHANGES["te_fp8_non_tn_gemm_sm100"]`; `_cast_bytes`)
+        capability = self.device.compute_capability
+        self._tn_only_fp8 = 9.0 <= capability < 10.0 or (
+            capability >= 10.0 and not run.framework_release.holds("te_fp8_non_tn_gemm_sm100")
+        )
         # MLA's unfused RoPE kernels (`launches.op_launches`' *mla*), for the fixed kernel time (`_memory_kernels`)
         self._mla = any(getattr(spec, "is_mla", False) for spec in run.specs.values())
         self._fp8_weight_bytes = float8_weight_cast_bytes(run)
@@ -502,7 +517,7 @@ class TimeModel:
         (common/transformer_engine.cpp `nvte_is_non_tn_fp8_gemm_supported`: compute capability 10.x or 13+;
         quantizer.cpp `Float8Quantizer::create_tensor` and the current-scaling one: `with_transpose`), in the
         cast-transpose's one pass, or after a delayed-scaling norm by `nvte_transpose` (rmsnorm_api.cpp
-        `rmsnorm_fwd`: read and write a byte).
+        `rmsnorm_fwd`: read and write a byte). TE before v2.0 ran them TN only on Blackwell too (`_tn_only_fp8`).
 
         Per element of the op's own GEMM operand: a fused GEMM's input (Megatron's linear_qkv, ppb's
         qk_proj and v_proj) is one tensor quantized once (layernorm_linear.py `_LayerNormLinear.forward`,
@@ -517,7 +532,7 @@ class TimeModel:
         read = self.run.training.dtype_bytes
         recipe = self._fp8_recipe
         fed = not gradient and op.name in self._norm_fed
-        transpose = 1.0 if recipe in PER_TENSOR_RECIPES and 9.0 <= self.device.compute_capability < 10.0 else 0.0
+        transpose = 1.0 if recipe in PER_TENSOR_RECIPES and self._tn_only_fp8 else 0.0
         if recipe in ("mxfp8", "blockwise"):
             quantize = read + 2.0
         elif recipe == "tensorwise":
@@ -558,7 +573,7 @@ class TimeModel:
             and op.name in self._te_scattered
             and op.name not in self._te_gathered
             and op.name not in self._norm_fed
-            and 9.0 <= self.device.compute_capability < 10.0
+            and self._tn_only_fp8
         )
 
     def _te_sp_transpose_bytes(self, op: Op) -> float:
@@ -571,7 +586,7 @@ class TimeModel:
             return 2.0 * n / fused
         if op.name not in self._te_gathered or self._fp8_recipe not in PER_TENSOR_RECIPES or op.gemm is None:
             return 0.0
-        if not 9.0 <= self.device.compute_capability < 10.0:
+        if not self._tn_only_fp8:
             return 0.0
         _, _, n, _, fused = op.gemm
         return 2.0 * n / fused
@@ -1160,13 +1175,58 @@ class TimeModel:
         if parts is None:
             ops, prices = self.ops(layer), self.op_prices(layer)
             full = state is LayerType.FULL_REC_LAYER
+            rerun = self._rerun(layer, state, switches)
             parts = LayerParts(
                 sum(prices[op.name].forward_ms for op in ops),
                 sum(prices[op.name].backward_ms for op in ops),
-                sum(self._again_ms(op, layer, full) for op in self._rerun(layer, state, switches)),
+                sum(self._again_ms(op, layer, full) for op in rerun) + self._restored_ms(layer, state, switches, rerun),
             )
             self._parts[key] = parts
         return parts
+
+    def _rerun_launches(self, layer: Layer, state: LayerType, switches: Mapping[str, int] | None) -> float:
+        """Launches the rerun issues beyond its ops' forward counts: a collective re-sent in other calls than
+        the forward's (`Op.recompute_comm`: MLA's latents gathered in two, not three), and the restore copies
+        of `CheckpointWithoutOutput` before f54403492e (`_restored`), each a plain PyTorch op from Python."""
+        if state is not LayerType.SEL_REC_LAYER:
+            return 0.0
+        rerun = self._rerun(layer, state, switches)
+        calls = sum(
+            op.recompute_comm.calls - op.forward_comm.calls
+            for op in rerun
+            if op.category == COMM and op.recompute_comm is not None and op.forward_comm is not None
+        )
+        plain = PLAIN_OP_SHARE if self.device.host_kernel_us else 1.0
+        return calls + plain * self._restored(layer, state, switches, rerun)[1]
+
+    def _restored(
+        self, layer: Layer, state: LayerType, switches: Mapping[str, int] | None, rerun: tuple[Op, ...]
+    ) -> tuple[float, int]:
+        """(bytes read and written, copies) of Megatron's `CheckpointWithoutOutput` copying each recomputed output
+        back into the storage the forward freed, before f54403492e (`checkpoint_copies.storage_copies`): the run's
+        own selective modules only."""
+        run = self.run
+        own = switches is None or self._switches(layer, state, switches) == self._configured[layer.model_name]
+        if (
+            run.framework != "megatron"
+            or state is not LayerType.SEL_REC_LAYER
+            or not own
+            or not isinstance(layer.kind, BodyKind)
+            or run.framework_release.holds("checkpoint_without_output_shares_storage")
+        ):
+            return 0.0, 0
+        ops = {unprefixed(op.name): op for op in self.ops(layer)}
+        return storage_copies(
+            layer.kind, (unprefixed(op.name) for op in rerun), ops, self._geometry, run.recompute.modules
+        )
+
+    def _restored_ms(
+        self, layer: Layer, state: LayerType, switches: Mapping[str, int] | None, rerun: tuple[Op, ...]
+    ) -> float:
+        """The restore copies' GPU time (`_restored`): each copy its bytes at the achieved HBM rate and a kernel's
+        fixed time."""
+        traffic, copies = self._restored(layer, state, switches, rerun)
+        return (self.kernels.memory_s(traffic) + copies * self.kernels.elementwise_kernel_s) * 1e3
 
     def _again_ms(self, op: Op, layer: Layer, full: bool) -> float:
         """An op's price when the backward runs it again; a part of an op (`flops.scaled`) at its own."""
@@ -1243,7 +1303,7 @@ class TimeModel:
             and not run.framework_release.holds("te_fp8_scale_inv_with_data"),
             # per-tensor FP8 on Hopper: the transposes after TE's SP all-gathers (`_te_sp_ops`)
             sp_transposes=(self._te_gathered, self._te_scattered)
-            if self._fp8_recipe in PER_TENSOR_RECIPES and 9.0 <= self.device.compute_capability < 10.0
+            if self._fp8_recipe in PER_TENSOR_RECIPES and self._tn_only_fp8
             else None,
         )
         graphs, modules = run.timing.cuda_graph_impl, run.timing.cuda_graph_modules
@@ -1304,6 +1364,7 @@ class TimeModel:
                     and "moe_preprocess" in modules
                     and run.timing.moe_dispatcher == "alltoall",
                     backward_s={name: price.backward_ms / 1e3 for name, price in self.op_prices(layer).items()},
+                    rerun_launches=self._rerun_launches(layer, state, switches),
                 )
             self._host[key] = waits
         return waits
@@ -1357,7 +1418,8 @@ class TimeModel:
         recompute; uncalibrated."""
         self._check(layer, state)
         ops, prices = self.ops(layer), self.op_prices(layer)
-        rerun = {op.name: op for op in self._rerun(layer, state, switches)}
+        reran = self._rerun(layer, state, switches)
+        rerun = {op.name: op for op in reran}
         full = state is LayerType.FULL_REC_LAYER
         rows = []
         for op in ops:
@@ -1406,6 +1468,10 @@ class TimeModel:
                         self._again_ms(again, layer, full),
                     )
                 )
+        restored_ms = self._restored_ms(layer, state, switches, reran)
+        if restored_ms > 0:  # the rerun's restore copies, part of `layer_times`' backward (`_restored`)
+            traffic, _ = self._restored(layer, state, switches, reran)
+            rows.append(OpTime(RESTORE_COPIES, "recompute", MEMORY, None, "recompute", 0.0, traffic, 0.0, restored_ms))
         return rows
 
     # Calibration -----------------------------------------------------------------------------------

@@ -195,6 +195,11 @@ class FrameworkRules:
         micro-batches whose backward has run, freed before the optimizer step. SAPP counts none."""
         return 0.0
 
+    def first_backward_bytes(self, params: LayerParams, setup: MemorySetup) -> float:
+        """Of a layer's static memory, what its chunk's first backward of the step creates (so not there
+        before it), *params* its elements per rank. None but torchtitan's FSDP2 accumulators under PP: 0."""
+        return 0.0
+
     def reduction_bytes(
         self, setup: MemorySetup, units: Sequence[LayerParams], nodes: Sequence[str] = ()
     ) -> float | None:

@@ -25,8 +25,13 @@ non-CP flash backward holds (dQ, dK, dV: Q + C):
   _context_parallel/_attention.py; torchtitan v0.2.2 at 73a0e697 `create_context_parallel_ctx` with
   its default `context_parallel_rotate_method = "allgather"`; `_cp_options.convert_to_f32` True).
   K and V reach the ring as the model computes them: v0.2.2 passes `enable_gqa` to SDPA (torchtitan/
-  models/attention.py `ScaledDotProductAttentionWrapper`), which flash runs without widening them
-  (9dec370's `repeat_kv` widened them to every query head; ppb's torchtitan rules follow v0.2.2).
+  models/attention.py `ScaledDotProductAttentionWrapper`), which flash runs without widening them.
+  Before ff0829c10 (`timing.repeat_kv`) the model widened them to every query head first (9dec370
+  torchtitan/models/llama/model.py `Attention.forward`: `keys = repeat_kv(xk, self.n_rep)`, the same for
+  the values, then `F.scaled_dot_product_attention(xq, xk, xv, is_causal=True)`), so everything the ring
+  gathers, concatenates and exchanges below is of the widened K, V: C there is the query heads' keys and
+  values (`ring_bytes(..., widened=True)`), while the non-CP backward's dK, dV the ring's replace stay
+  what the layer's formulas count.
   - Kept: the SDPA autograd node saves the local q, k, v, the merged output and log-sum-exp; the
     gathered K, V are not saved (`_templated_ring_attention_backward` gathers again): as without CP.
   - Forward (`_templated_ring_attention`): `_AllGatherRotater` holds every rank's K, V (`cp·C`) to the
@@ -70,14 +75,16 @@ TORCH_FORWARD_OUT_UNITS = 9 - 1
 TE_BACKWARD_KV_UNITS = 4  # two (2, C) buffers: K, V and dK, dV, each double-buffered
 
 
-def ring_bytes(kind: BodyKind, setup: MemorySetup) -> tuple[float, float, float]:
-    """(Q, O, C): the local queries', output's and keys-and-values' bytes of one micro-batch."""
+def ring_bytes(kind: BodyKind, setup: MemorySetup, widened: bool = False) -> tuple[float, float, float]:
+    """(Q, O, C): the local queries', output's and keys-and-values' bytes of one micro-batch; *widened*, C of
+    K and V copied out to every query head (torchtitan's `repeat_kv`, module docstring)."""
     att, tokens, bc = kind.attention, setup.tokens, setup.dtype_bytes
     heads = per_rank(att.num_heads, setup.tp)
     if att.is_mla:
         query, kv = heads * att.q_head_dim, heads * (att.q_head_dim + att.value_head_dim)
     else:
-        query, kv = heads * att.head_dim, 2 * kv_heads_per_rank(att.num_kv_heads, setup.tp) * att.head_dim
+        kv_heads = heads if widened else kv_heads_per_rank(att.num_kv_heads, setup.tp)
+        query, kv = heads * att.head_dim, 2 * kv_heads * att.head_dim
     return tokens * query * bc, tokens * heads * att.value_head_dim * bc, tokens * kv * bc
 
 
@@ -92,10 +99,13 @@ def te_ring_terms(kind: BodyKind, setup: MemorySetup, prefix: str = "") -> list[
 
 
 def torch_ring_terms(kind: BodyKind, setup: MemorySetup, prefix: str = "") -> list[BufferTerm]:
-    """PyTorch's all-gather ring with fp32 merges (module docstring): the forward's and the backward's."""
+    """PyTorch's all-gather ring with fp32 merges (module docstring): the forward's and the backward's. Under
+    `repeat_kv` the ring's own K, V buffers are the widened ones; the non-CP dK, dV it replaces (the 1 taken
+    off `TORCH_BACKWARD_KV_UNITS`) stay the layer's own."""
     query, out, kv = ring_bytes(kind, setup)
-    forward = setup.cp * kv + TORCH_FORWARD_OUT_UNITS * out
-    backward = TORCH_BACKWARD_Q_UNITS * query + (setup.cp + TORCH_BACKWARD_KV_UNITS) * kv
+    ring_kv = ring_bytes(kind, setup, widened=setup.repeat_kv)[2]
+    forward = setup.cp * ring_kv + TORCH_FORWARD_OUT_UNITS * out
+    backward = TORCH_BACKWARD_Q_UNITS * query + (setup.cp + TORCH_BACKWARD_KV_UNITS + 1) * ring_kv - kv
     return [
         BufferTerm("cp", f"{prefix}attention.ring_forward_merge", forward, False, forward_only=True),
         BufferTerm("cp", f"{prefix}attention.ring_backward_sums", backward, False),

@@ -17,7 +17,7 @@ and transformer layer are built from the same specs.
   included. In training the weight quantizer makes rowwise and columnwise data (`set_usage(rowwise=True,
   columnwise=is_grad_enabled and inp.requires_grad)`): for delayed and tensorwise scaling (`Float8Tensor`) the
   1-byte data and its 1-byte transpose, but where the GPU runs non-TN FP8 GEMMs (capability 10.x, 11.x and
-  13 on: utils.py `is_non_tn_fp8_gemm_supported`, float8_tensor_storage.py `update_usage`) the data alone;
+  13 on: utils.py `is_non_tn_fp8_gemm_supported`, float8_tensor_storage.py `update_usage`; TE v2.0 on) the data alone;
   for MXFP8 rowwise and columnwise data, a byte each, with one E8M0 scale per 32 elements each; for blockwise
   scaling the same with one fp32 scale per 128 × 128 block each (2D weight blocks). Not under ZeRO-3
   (Megatron-FSDP gathers the weights; not modelled).
@@ -30,6 +30,7 @@ and transformer layer are built from the same specs.
 
 from __future__ import annotations
 
+from ppb_core.config.run import FrameworkRelease
 from ppb_core.memory.frameworks.muon import matrix_params
 from ppb_core.memory.setup import MemorySetup
 from ppb_core.model.kinds import BodyKind, LayerKind, Moe, TailKind
@@ -41,18 +42,21 @@ BLOCKWISE_TILE = 128 * 128  # elements a 2D weight block's fp32 scale covers
 FP32_BYTES = 4
 
 
-def non_tn_fp8(capability: float) -> bool:
-    """Whether the GPU runs FP8 GEMMs in every layout (TE utils.py `is_non_tn_fp8_gemm_supported`)."""
-    return 10 <= capability < 12 or capability >= 13
+def non_tn_fp8(capability: float, release: FrameworkRelease | None = None) -> bool:
+    """Whether TE runs FP8 GEMMs in every layout on the GPU (TE utils.py `is_non_tn_fp8_gemm_supported`): from
+    v2.0 (819a75219, `releases.CHANGES["te_fp8_non_tn_gemm_sm100"]`); TE 1.x kept FP8 transposes on every GPU
+    (release_v1.14: `Float8Tensor` weights cast-transposed whatever the device)."""
+    supported = 10 <= capability < 12 or capability >= 13
+    return supported and (release is None or release.holds("te_fp8_non_tn_gemm_sm100"))
 
 
-def weight_bytes_per_element(recipe: str, capability: float) -> float:
+def weight_bytes_per_element(recipe: str, capability: float, release: FrameworkRelease | None = None) -> float:
     """Bytes a weight element takes quantized for training, rowwise and columnwise (module docstring)."""
     if recipe == "mxfp8":
         return 2 * (FP8_BYTES + 1 / MXFP8_BLOCK)
     if recipe == "blockwise":
         return 2 * (FP8_BYTES + FP32_BYTES / BLOCKWISE_TILE)
-    return FP8_BYTES if non_tn_fp8(capability) else 2 * FP8_BYTES
+    return FP8_BYTES if non_tn_fp8(capability, release) else 2 * FP8_BYTES
 
 
 def _router(moe: Moe) -> int:
@@ -79,7 +83,9 @@ def workspace_bytes(kind: LayerKind, setup: MemorySetup) -> float:
     Engine layers train in FP8 without `--fp8-param-gather` and without ZeRO-3."""
     if not setup.fp8_recipe or setup.fp8_param_gather or setup.shard_level >= 3:
         return 0.0
-    return fp8_weights(kind, setup).total * weight_bytes_per_element(setup.fp8_recipe, setup.compute_capability)
+    return fp8_weights(kind, setup).total * weight_bytes_per_element(
+        setup.fp8_recipe, setup.compute_capability, setup.release
+    )
 
 
 def fp8_parameter_extra_bytes(kind: LayerKind, setup: MemorySetup) -> float:
@@ -87,7 +93,7 @@ def fp8_parameter_extra_bytes(kind: LayerKind, setup: MemorySetup) -> float:
     bytes (rowwise and columnwise) less the training dtype's; whole on each rank below ZeRO-3."""
     if not (setup.fp8_recipe and setup.fp8_param_gather) or setup.shard_level >= 3:
         return 0.0
-    per_element = weight_bytes_per_element(setup.fp8_recipe, setup.compute_capability)
+    per_element = weight_bytes_per_element(setup.fp8_recipe, setup.compute_capability, setup.release)
     return fp8_weights(kind, setup).total * (per_element - setup.dtype_bytes)
 
 

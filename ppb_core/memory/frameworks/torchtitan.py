@@ -70,8 +70,14 @@ Each rule names the file and function it follows; docs/frameworks.md tabulates t
   is on, and torch/distributed/pipelining/stage.py `backward_maybe_with_nosync` runs every
   micro-batch's backward with `set_requires_gradient_sync(False)` and
   `set_reshard_after_backward(False)`, reducing only in `perform_reduce_grad` after the last
-  one: the stage holds its gathered bf16 parameters and fp32 unsharded gradient accumulators
-  (`FSDPParam.to_accumulated_grad_if_needed`) from its first forward to the reduction.
+  one: the stage holds its gathered bf16 parameters from its first forward to the reduction, and each
+  chunk's fp32 unsharded gradient accumulators from that chunk's first backward of the step:
+  `FSDPParamGroup.post_backward` (torch/distributed/fsdp/_fully_shard/_fsdp_param_group.py; the
+  _composable/fsdp files of late 2024 alike) calls `FSDPParam.to_accumulated_grad_if_needed` when it
+  does not reduce, which makes the fp32 copy of the unit's bf16 gradients (`unsharded_grad.to(
+  self.reduce_dtype)`, torchtitan's `MixedPrecisionPolicy(reduce_dtype=float32)`) and drops them;
+  later micro-batches add into it (`accumulate_unsharded_grad_if_needed`). A chunk whose backward has
+  not run holds none (`first_backward_bytes`; `peak.stage_peaks` walks the stage's order).
 * **The gradient reduction under PP is a moment of its own.** `perform_reduce_grad` runs, with no
   micro-batch in flight, `FSDPParamGroup.post_backward` for each unit of the stage in
   `named_modules()` pre-order (`FSDPStateContext.all_states`, _fsdp_state.py `_lazy_init`: the
@@ -473,6 +479,14 @@ class TorchtitanRules(FrameworkRules):
             optimizer_bytes=elements * states,
             held_through_step_bytes=unsharded,
         )
+
+    def first_backward_bytes(self, params: LayerParams, setup: MemorySetup) -> float:
+        """Under PP, the layer's fp32 unsharded gradient accumulators (module docstring, **FSDP2 under
+        pipeline parallelism**): part of `static`'s `held_through_step_bytes`, made by its chunk's first
+        backward of the step."""
+        if not (fsdp(setup) and setup.pp > 1):
+            return 0.0
+        return float(params.total * setup.grad_bytes)
 
     def uses_neighbours(self, setup: MemorySetup) -> bool:
         return fsdp(setup) and setup.pp == 1
