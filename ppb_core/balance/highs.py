@@ -53,7 +53,9 @@ class Solver(highspy.Highs):
         if threading.current_thread() is not threading.main_thread():  # signals reach the main thread only
             return super().run()
         caught: list[int] = []
-        previous = {sig: signal.signal(sig, lambda signum, _frame: caught.append(signum)) for sig in _STOPS}
+        # a handler installed from C (getsignal: None) cannot be put back from Python: such a signal is left as is
+        stops = [sig for sig in _STOPS if signal.getsignal(sig) is not None]
+        previous = {sig: signal.signal(sig, lambda signum, _frame: caught.append(signum)) for sig in stops}
         self.caught = caught
         try:
             status = super().run()
