@@ -15,6 +15,7 @@ import math
 import shutil
 import signal
 import tempfile
+import tomllib
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -431,6 +432,97 @@ def mindformers_command(data: bytes) -> int:
     return check_command({"r.yaml": run, "plan.yaml": data}, argv, succeeded=(0, 1))
 
 
+# Calibration files a run config names: measured layer times (timing.calibration) and stage peaks
+# (memory.calibration), for RUNS[0] (Llama 3 8B, two stages), their cells replaced by any value.
+TIME_ROWS = [
+    ["model_name", "node", "kind", "option", "forward_ms", "backward_ms"],
+    ["llm", "HEAD", "embedding", "NONE", "0.21", "0.35"],
+    ["llm", "BODY", "dense", "NONE", "6.40", "12.90"],
+    ["llm", "BODY", "dense", "FULL", "6.45", "19.10"],
+]
+PEAK_ROWS = [["stage", "peak_mb"], ["0", "23000"], ["1", "17500"]]
+CELLS = st.one_of(
+    VALUES.map(str),
+    st.sampled_from(["6_4", "1e300", "1e-300", "0x10", " 7 ", "", "peak_gib", "SLCT", "TAIL", "output", "-0"]),
+)
+
+
+@st.composite
+def calibration_files(draw) -> tuple[str, bytes]:
+    """("timing" or "memory", a calibration CSV with one to three cells replaced, sometimes spoiled)."""
+    section = draw(st.sampled_from(["timing", "memory"]))
+    rows = [list(row) for row in (TIME_ROWS if section == "timing" else PEAK_ROWS)]
+    for _ in range(draw(st.integers(1, 3))):
+        row = draw(st.integers(0, len(rows) - 1))
+        rows[row][draw(st.integers(0, len(rows[row]) - 1))] = draw(CELLS).replace(",", ";").replace("\n", " ")
+    text = "".join(",".join(row) + "\n" for row in rows)
+    return section, draw(spoiled(text))
+
+
+def calibration_command(section: str, data: bytes) -> int:
+    raw = json.loads(json.dumps(RUNS[0]))
+    raw[section] = {"calibration": "c.csv"}
+    return check_command({"r.yaml": _yaml_text(raw).encode(), "c.csv": data}, ["estimate", "r.yaml", "--json"])
+
+
+def _toml_value(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, float) and not math.isfinite(value):
+        return "nan" if math.isnan(value) else ("inf" if value > 0 else "-inf")
+    if isinstance(value, int | float):
+        return repr(value)
+    if isinstance(value, list):
+        return "[" + ", ".join(_toml_value(item) for item in value) + "]"
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{json.dumps(str(k))} = {_toml_value(v)}" for k, v in value.items()) + "}"
+    return json.dumps("" if value is None else str(value))  # TOML has no null
+
+
+def _toml_text(document: dict[str, Any], prefix: str = "") -> str:
+    """A TOML document: each value a key of its table, each mapping a table of its own."""
+    lines = [f"{json.dumps(str(k))} = {_toml_value(v)}" for k, v in document.items() if not isinstance(v, dict)]
+    text = "\n".join(lines) + "\n"
+    for key, table in ((k, v) for k, v in document.items() if isinstance(v, dict)):
+        name = f"{prefix}.{json.dumps(str(key))}" if prefix else json.dumps(str(key))
+        text += f"\n[{name}]\n" + _toml_text(table, name)
+    return text
+
+
+# torchtitan v0.2.2's job TOMLs as shipped (tests/data/torchtitan), and keys `ppb import torchtitan` reads.
+JOB_TOMLS: list[dict[str, Any]] = [
+    tomllib.loads(path.read_text()) for path in sorted((ROOT / "tests" / "data" / "torchtitan").glob("*.toml"))
+]
+TOML_KEYS = [
+    "pipeline_parallel_degree",
+    "tensor_parallel_degree",
+    "context_parallel_degree",
+    "expert_parallel_degree",
+    "data_parallel_shard_degree",
+    "pipeline_parallel_schedule",
+    "pipeline_parallel_microbatch_size",
+    "module_fqns_per_model_part",
+    "local_batch_size",
+    "global_batch_size",
+    "seq_len",
+    "flavor",
+    "mode",
+    "selective_ac_option",
+    "converters",
+    "x",
+]
+
+
+def job_tomls() -> st.SearchStrategy[bytes]:
+    return mutated(JOB_TOMLS, TOML_KEYS).flatmap(lambda data: spoiled(_toml_text(data)))
+
+
+def import_toml_command(data: bytes) -> int:
+    """`ppb import torchtitan` of a job TOML on 64 H100s."""
+    argv = ["import", "torchtitan", "job.toml", "--gpus", "64", "--device", "h100-80gb", "-o", "run.yaml"]
+    return check_command({"job.toml": data}, argv)
+
+
 def _spec_run(**device: object) -> bytes:
     raw = json.loads(json.dumps(RUNS[3]))
     raw["device"].update(device)
@@ -447,6 +539,8 @@ FOUND: dict[str, tuple] = {
         mindformers_command,
         b"model:\n  model_config:\n    offset: [0, 1000000000000000000000000000000]\n",
     ),
+    # A measured stage peak of 1e300 GiB: infinite bytes, the fit's factors NaN in --json.
+    "peak-1e300-gib": (calibration_command, "memory", b"stage,peak_gib\n0,1e300\n1,17\n"),
     # select_recompute a float: `value[0]` of it, a TypeError traceback.
     "mindformers-float-select": (mindformers_command, b"offset: [1, -1]\nrecompute: [4, 0]\nselect_recompute: 0.5\n"),
 }

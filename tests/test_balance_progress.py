@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from test_balance_near_options import _near_body
 
-from ppb_core.balance import BalanceInput, solve
+from ppb_core.balance import BalanceInput, program, solve
 from ppb_core.balance import memory_floor as floor
 from ppb_core.balance.choices import LISTING_STEPS
 from ppb_core.balance.progress import Progress, WorkLimits
@@ -121,3 +121,18 @@ def test_a_long_stage_listing_reports_its_work_as_it_goes() -> None:
     assert len(spent) >= 2 and spent == sorted(spent) and spent[-1] <= budget
     assert all(f"of {budget:,} elements of work" in text for text in told)
     assert all(b - a >= budget / LISTING_STEPS for a, b in pairwise(spent))
+
+
+def test_a_round_of_the_program_reports_its_nodes_as_it_goes(monkeypatch: pytest.MonkeyPatch) -> None:
+    """One round of a large program can run minutes (1,024 layers over P=64, V=8: a round of 20 nodes, over ten
+    minutes of strong branching on a loaded machine, said nothing): its nodes are shown as they go (the spinner's
+    step, not a printed line), and the plan is the one solved unwatched (the callback only reads)."""
+    monkeypatch.setattr(program, "WATCH_EVERY_S", 0.0)  # every callback of the search, whatever the clock
+    steps: list[Progress] = []
+    problem = BalanceInput(layer_set([_near_body(26)]), 4, 16, 2, 150_000.0)
+    watched = solve(problem, progress=steps.append)
+    searching = [step for step in steps if step.phase == "round_search"]
+    assert searching and "round_search" not in console.PRINTED_PHASES
+    assert all("branch-and-bound nodes this round" in step.message for step in searching)
+    unwatched = solve(problem)
+    assert (watched.objective, watched.plan) == (unwatched.objective, unwatched.plan)

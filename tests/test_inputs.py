@@ -23,6 +23,7 @@ from test_census_record import _census
 import ppb_core.cli.main as cli_main
 from ppb_core import limits
 from ppb_core.errors import InputError
+from ppb_core.memory.calibration import read_measured_peaks
 from ppb_core.timing.calibration import read_calibration
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -270,6 +271,29 @@ CASES: list[tuple[str, dict[str, str | bytes | Sparse], list[str], list[str]]] =
         },
         ["estimate", "r.yaml"],
         ["t.csv", "line 2", "128 KB"],
+    ),
+    # Python's float() and int() read `6_4` as 64 and `1_1` as 11: the cell was taken, silently, as another number.
+    (
+        "calibration-underscore-number",
+        {
+            "r.yaml": run_yaml(timing={"calibration": "t.csv"}),
+            "t.csv": CSV_HEADER + "llm,BODY,dense,NONE,6_4,12.9\n",
+        },
+        ["estimate", "r.yaml"],
+        ["t.csv: line 2: forward_ms:", "not a number: '6_4'"],
+    ),
+    (
+        "measured-peaks-underscore-stage",
+        {"r.yaml": run_yaml(memory={"calibration": "p.csv"}), "p.csv": "stage,peak_mb\n0,23000\n1_1,17500\n"},
+        ["estimate", "r.yaml"],
+        ["p.csv: line 3: stage:", "not a stage number: '1_1'"],
+    ),
+    # 1e300 GiB is infinite bytes: the fit's factors came out NaN, printed as NaN in --json.
+    (
+        "measured-peak-past-any-device",
+        {"r.yaml": run_yaml(memory={"calibration": "p.csv"}), "p.csv": "stage,peak_gib\n0,1e300\n1,17\n"},
+        ["estimate", "r.yaml", "--json"],
+        ["p.csv: line 2: peak_gib:", "is over ppb's limit of 16,777,216 MB a device"],
     ),
     (
         "flag-constant-memory-nan",
@@ -610,6 +634,16 @@ def test_calibration_errors_never_echo_the_file() -> None:
     first = Path("/etc/passwd").read_text().splitlines()[0]
     assert "/etc/passwd" in err.value.line()
     assert not any(part in err.value.line() for part in first.split(":") if len(part) > 3)
+
+
+def test_a_spreadsheets_utf8_mark_is_not_part_of_the_header(tmp_path: Path) -> None:
+    """A CSV saved as "CSV UTF-8" starts with the byte-order mark U+FEFF: its first column read
+    '\ufeffmodel_name' and the file was refused as "not a calibration CSV" (and a file of measured peaks likewise)."""
+    rows = "llm,BODY,dense,NONE,6.4,12.9\n"
+    (tmp_path / "t.csv").write_text("\ufeff" + CSV_HEADER + rows, encoding="utf-8")
+    assert [m.forward_ms for m in read_calibration(tmp_path / "t.csv")] == [6.4]
+    (tmp_path / "p.csv").write_text("\ufeffstage,peak_mb\n0,23000\n1,17500\n", encoding="utf-8")
+    assert [p.peak_bytes for p in read_measured_peaks(tmp_path / "p.csv", 2)] == [23000 * 2**20, 17500 * 2**20]
 
 
 # The three refusals the issue asks to happen in under a second each (bench/inputs.py times them);

@@ -1,5 +1,6 @@
-"""The fuzzer over run configs, HuggingFace config.json files, SAPP layers.json files, and Megatron-LM
-launch scripts and MindFormers plans (`ppb check --plan`): whatever the file, `ppb` succeeds with
+"""The fuzzer over run configs, HuggingFace config.json files, SAPP layers.json files, calibration CSVs,
+torchtitan job TOMLs (`ppb import torchtitan`), and Megatron-LM launch scripts and MindFormers plans
+(`ppb check --plan`): whatever the file, `ppb` succeeds with
 strict JSON or refuses in one line with exit status 2, writes nothing, raises nothing else, and
 finishes (tests/fuzz_inputs.py holds the strategies and the property).
 
@@ -46,6 +47,18 @@ def test_any_launch_script(data: bytes) -> None:
 @given(fuzz.mindformers_plans())
 def test_any_mindformers_plan(data: bytes) -> None:
     fuzz.mindformers_command(data)
+
+
+@settings(SUITE, max_examples=30)
+@given(fuzz.calibration_files())
+def test_any_calibration_file(file: tuple[str, bytes]) -> None:
+    fuzz.calibration_command(*file)
+
+
+@settings(SUITE, max_examples=30)
+@given(fuzz.job_tomls())
+def test_any_job_toml(data: bytes) -> None:
+    fuzz.import_toml_command(data)
 
 
 @pytest.mark.parametrize("name", sorted(fuzz.FOUND))

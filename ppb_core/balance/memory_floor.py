@@ -221,7 +221,7 @@ def least_memory_plan(
     highs.load(solver, model.columns, model.rows, model.top)
     listed_choices = sum(len(stage) for stage in choices)
     say("least_memory", f"least memory: program over {listed_choices:,} stage choices, at most {nodes:,} nodes")
-    if report is not None and report.hook is not None:  # no callback into Python when nobody listens
+    if report is not None and report.hook is not None:  # progress only when somebody listens
         highs.watch(
             solver,
             WATCH_EVERY_S,

@@ -50,7 +50,7 @@ from ppb_core.balance.choice_model import ChoiceModel, Path, held_layers, time_u
 from ppb_core.balance.choices import Catalogue, CellChoice, ListingBudget, ListingCut, StageChoice
 from ppb_core.balance.local import CellOptions, exchange, improve, reoptioned
 from ppb_core.balance.megatron import Setting, setting_of, settings
-from ppb_core.balance.memory_floor import least_memory_plan, memory_floor
+from ppb_core.balance.memory_floor import WATCH_EVERY_S, least_memory_plan, memory_floor
 from ppb_core.balance.outputs import not_megatrons
 from ppb_core.balance.plan import Plan, empty_counts, freeze
 from ppb_core.balance.probing import MARGIN as PROBE_MARGIN
@@ -400,6 +400,18 @@ def _run(
     nodes = max(20, budget // limits.first_round_share) if exact else budget
     solver = highs.new_solver(clock.remaining, nodes)
     highs.load(solver, model.columns, model.rows, model.top)
+    if report.hook is not None:  # a round of a large program runs minutes: its nodes shown as they go
+        said = "" if exact else "closed form, "
+        highs.watch(
+            solver,
+            WATCH_EVERY_S,
+            lambda done, best, proven: report(
+                "round_search",
+                f"{said}round {rounds}: {done:,} of {nodes:,} branch-and-bound nodes this round",
+                best * tau if math.isfinite(best) else None,
+                proven * tau if math.isfinite(proven) else None,
+            ),
+        )
     added: set[tuple] = set()
     for path in seeds:
         key = tuple(sorted(path.items()))

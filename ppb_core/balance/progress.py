@@ -25,7 +25,7 @@ class Progress:
     (`showing_seconds`); `seconds` since the solve started."""
 
     # start | listing | listing_work | closed_form | exchange | start_plan | probing | bound | round | tie_break
-    # | megatron | setting_start | torchtitan | least_memory | least_memory_search | done
+    # | round_search | megatron | setting_start | torchtitan | least_memory | least_memory_search | done
     phase: str
     message: str
     seconds: float

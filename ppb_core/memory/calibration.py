@@ -50,6 +50,7 @@ from typing import Any
 
 import numpy as np
 
+from ppb_core import limits
 from ppb_core.errors import InputError, shown_name
 from ppb_core.io import parse_json, read_text
 from ppb_core.memory.dryrun import dryrun_log_rows, is_dryrun_log, is_sapp_memory_usage, sapp_memory_usage_rows
@@ -129,17 +130,28 @@ def _peak(row: Mapping[str, Any], source: str, where: str) -> MeasuredPeak:
     if len(given) != 1:
         raise InputError(source, where, f"give exactly one of {', '.join(UNITS)}")
     raw_stage, raw_peak = row.get("stage"), row[given[0]]
-    try:
-        stage = int(str(raw_stage).strip())
+    try:  # Python's int() and float() read `1_1` as 11: no CSV writer means that
+        stage = int(_digits(raw_stage))
     except ValueError:
         raise InputError(source, f"{where}: stage", f"not a stage number: {shown_name(raw_stage)}") from None
     try:
-        value = float(str(raw_peak).strip())
+        value = float(_digits(raw_peak))
     except ValueError:
         raise InputError(source, f"{where}: {given[0]}", f"not a number: {shown_name(raw_peak)}") from None
     if not math.isfinite(value) or value <= 0:
         raise InputError(source, f"{where}: {given[0]}", f"must be a positive size, got {shown_name(raw_peak)}")
+    measured_mb = value * (UNITS[given[0]] / MB)
+    if measured_mb > limits.DEVICE_MEMORY_MB:  # 1e300 GiB: infinite bytes, NaN factors in --json
+        said = limits.over(measured_mb, limits.DEVICE_MEMORY_MB, "MB a device")
+        raise InputError(source, f"{where}: {given[0]}", said)
     return MeasuredPeak(stage, value * UNITS[given[0]])
+
+
+def _digits(value: object) -> str:
+    text = str(value).strip()
+    if "_" in text:
+        raise ValueError(text)
+    return text
 
 
 def parse_measured_peaks(text: str, source: str, stages: int) -> tuple[MeasuredPeak, ...]:
@@ -187,7 +199,7 @@ def parse_measured_peaks(text: str, source: str, stages: int) -> tuple[MeasuredP
 
 def read_measured_peaks(path: str | Path, stages: int) -> tuple[MeasuredPeak, ...]:
     text = read_text(path, "is a directory, not a file of measured peaks")
-    return parse_measured_peaks(text, str(path), stages)
+    return parse_measured_peaks(text.removeprefix("\ufeff"), str(path), stages)  # a spreadsheet's UTF-8 mark
 
 
 def _cost(a: np.ndarray, b: np.ndarray, pull: float, factors: np.ndarray) -> float:

@@ -66,6 +66,8 @@ class Measurement:
 
 def _positive(value: str, source: str, where: str) -> float:
     try:
+        if "_" in value:  # Python's float() reads `6_4` as 64: no CSV writer means that
+            raise ValueError(value)
         number = float(value)
     except ValueError:
         raise InputError(source, where, f"not a number: {shown_name(value)}") from None
@@ -145,7 +147,7 @@ def _measurements(reader: Iterator[list[str]], source: str) -> tuple[Measurement
 
 def read_calibration(path: str | Path) -> tuple[Measurement, ...]:
     text = read_text(path, "is a directory, not a calibration CSV")
-    return parse_calibration(text.splitlines(), str(Path(path)))
+    return parse_calibration(text.removeprefix("\ufeff").splitlines(), str(Path(path)))  # a spreadsheet's UTF-8 mark
 
 
 @dataclass(frozen=True)
