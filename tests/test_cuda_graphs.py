@@ -169,6 +169,8 @@ def test_the_static_buffers_te_s_graphs_hold_by_hand() -> None:
 def test_graphs_under_another_framework_are_refused_in_one_line() -> None:
     raw = import_megatron(SMALL_GPT, 8, "h100-80gb").raw
     raw["framework"] = "torchtitan"
+    # FSDP2: torchtitan v0.2.2 refuses replicate (the import's ZeRO 0) beside TP/PP before any timing word is read
+    raw["parallel"]["fsdp"] = True
     raw["timing"] = {"cuda_graph_impl": "local"}  # the import's other Megatron-only words are refused alike
     with pytest.raises(InputError, match=r"timing\.cuda_graph_impl.*set framework megatron"):
         parse_run_config(raw, "case")
