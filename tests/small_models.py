@@ -189,3 +189,22 @@ MLA_H1024 = {
     "qk_rope_head_dim": 32,
     "v_head_dim": 64,
 }
+
+
+def selective_raw(spec: dict, modules: list[str], parallel: dict | None = None) -> dict:
+    """A run config (raw) of one model under Megatron's selective recompute of *modules*, 1024 tokens, one
+    sequence a micro-batch, flash attention, on an H100: what the recompute tests of one layer price."""
+    raw = {
+        "name": "x",
+        "models": [{"name": "llm", "spec": dict(spec)}],
+        "training": {
+            "seq_length": 1024,
+            "micro_batch_size": 1,
+            "flash_attention": True,
+            "recompute": {"granularity": "selective", "modules": modules},
+        },
+        "device": {"name": "h100-80gb"},
+    }
+    if parallel is not None:
+        raw["parallel"] = parallel
+    return raw

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from small_models import MLA_H1024
+from small_models import MLA_H1024, selective_raw
 
 from ppb_core.config.run import FrameworkRelease, parse_run_config
 from ppb_core.model.switches import LayerType
@@ -18,19 +18,7 @@ MODULES = ["layernorm", "mla_up_proj", "moe_act"]
 
 
 def _run(release: str | None, modules: list[str] = MODULES):
-    run = parse_run_config(
-        {
-            "name": "x",
-            "models": [{"name": "llm", "spec": MLA_MOE}],
-            "training": {
-                "seq_length": 1024,
-                "micro_batch_size": 1,
-                "flash_attention": True,
-                "recompute": {"granularity": "selective", "modules": modules},
-            },
-            "device": {"name": "h100-80gb"},
-        }
-    )
+    run = parse_run_config(selective_raw(MLA_MOE, modules))
     if release is None:
         return run
     return run.model_copy(update={"framework_release": FrameworkRelease(megatron_core=release)})

@@ -9,7 +9,7 @@ from __future__ import annotations
 import itertools
 
 import pytest
-from small_models import GPT_OSS_ATTENTION_LAYER, MLA_H1024, gpt_spec
+from small_models import GPT_OSS_ATTENTION_LAYER, MLA_H1024, gpt_spec, selective_raw
 
 from ppb_core.config.run import parse_run_config
 from ppb_core.model.kinds import body_kind, head_kind, tail_kind
@@ -190,20 +190,7 @@ def test_mla_up_proj_recompute_gathers_the_latents_again():
     # t=2, s=1024, SP: n = 1024 gathered tokens · (q latent 256 + kv latent 128) · 2 bytes = 786,432 in 2 calls,
     # against the forward's 1024 · (256 + 128 + 32) · 2 = 851,968 in 3.
     def run_of(modules):
-        return parse_run_config(
-            {
-                "name": "x",
-                "models": [{"name": "llm", "spec": dict(MLA_H1024)}],
-                "parallel": {"tp": 2, "sequence_parallel": True},
-                "training": {
-                    "seq_length": 1024,
-                    "micro_batch_size": 1,
-                    "flash_attention": True,
-                    "recompute": {"granularity": "selective", "modules": modules},
-                },
-                "device": {"name": "h100-80gb"},
-            }
-        )
+        return parse_run_config(selective_raw(MLA_H1024, modules, {"tp": 2, "sequence_parallel": True}))
 
     def rerun_of(run):
         layer = next(layer for layer in walk(run) if layer.node == "BODY")
