@@ -105,6 +105,8 @@ def test_mindformers_on_ascend_holds_hccl_buffers() -> None:
     assert reserve.total_mb == 1600
     # one device: nothing held
     assert runtime_reserve("mindformers", Parallel(), ASCEND).total_mb == 0
+    # Megatron's groups on Ascend (MindSpeed's HCCL): dp 8 -> world, dp·cp, the optimizer instance: 3 · 400 MB
+    assert _parts(runtime_reserve("megatron", Parallel(dp=8), ASCEND)) == {"HCCL 3 communicators": 1200}
 
 
 def _raw(reserved) -> dict:

@@ -223,8 +223,14 @@ def runtime_reserve(
     """What the runtime holds outside the framework's allocator on one device of this layout (module
     docstring). *tied*: the model ties its embedding and output weights; *a2a*: experts exchange tokens
     by NCCL's all-to-all (Megatron's alltoall dispatcher, torchtitan), not by DeepEP's own buffers."""
-    if framework == "mindformers" or profile.compute_capability <= 0:
-        groups = _mindformers_groups(par) if framework == "mindformers" else _torchtitan_groups(par, a2a=False)
+    if framework == "mindformers":
+        groups = _mindformers_groups(par)
+    elif framework == "torchtitan":
+        groups = _torchtitan_groups(par, a2a=a2a)
+    else:
+        groups = _megatron_groups(par, tied=tied, a2a=a2a)
+    groups = [g for g in groups if g.size > 1]
+    if profile.compute_capability <= 0:  # Ascend: HCCL's domains, no CUDA context
         if not groups:
             return RuntimeReserve((), ())
         part = ReservePart(
@@ -233,11 +239,6 @@ def runtime_reserve(
             f"{_names(groups)}; 2 · HCCL_BUFFSIZE 200 MB each",
         )
         return RuntimeReserve((part,), tuple(groups))
-    if framework == "torchtitan":
-        groups = _torchtitan_groups(par, a2a=a2a)
-    else:
-        groups = _megatron_groups(par, tied=tied, a2a=a2a)
-    groups = [g for g in groups if g.size > 1]
     parts = [ReservePart("CUDA context", CUDA_CONTEXT_BYTES, "PyTorch's, lazy module loading")]
     if groups:
         pairs = sum(1 for g in groups if g.size == 2)
