@@ -29,7 +29,8 @@ from ppb_core.balance.mtp_apart import standalone_problem
 from ppb_core.balance.outputs import interleave_keys, says_yaml_keys
 from ppb_core.balance.problem import BalanceInput, run_problem
 from ppb_core.balance.progress import WorkLimits
-from ppb_core.balance.result import MAX_INTERLEAVE, balance, stopped_words
+from ppb_core.balance.result import MAX_INTERLEAVE, balance
+from ppb_core.balance.stopped import stopped_words
 from ppb_core.balance.torchtitan_plan import add_torchtitan, torchtitan_lines
 from ppb_core.balance.torchtitan_settings import op_policy
 from ppb_core.balance.torchtitan_settings import runnable as torchtitan_runnable
@@ -387,7 +388,7 @@ def render(result: dict[str, Any], solve_s: float, memory_from: str = "") -> Non
         f"status [bold]{result['status']}[/bold]  objective {seconds(objective)} "
         f"({result['objective_kind'].replace('_', ' ')}{'' if in_s else FILE_UNIT})  "
         f"bound {seconds(time_of(result, 'bound'))}  gap {_number(result['gap'], 3)}  in {solve_s:.2f} s: "
-        f"{stopped_words(result)}"
+        f"{stopped_words(result['stopped_by'], result['status'])}"
     )
     if result.get("message"):
         console.print(escape(result["message"]))
