@@ -8,9 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from ppb_core.balance.stopped import STOPPED, stopped_words
+from ppb_core.balance.stopped import STOPPED, ended_words, stopped_words
 from ppb_core.cli import console
 from ppb_core.cli.main import main
+from ppb_core.units import percent_words
 
 DATA = Path(__file__).parent / "data"
 CORE = Path(__file__).parent.parent / "ppb_core"
@@ -29,7 +30,7 @@ def test_a_time_limit_given_is_named_and_a_proof_cut_in_its_tie_break_stays_prov
     assert stopped_words("cutoff") == "proven no faster than a setting before it"
 
 
-def test_the_progress_and_the_summary_say_the_same(
+def test_the_progress_and_the_summary_say_the_same_words_and_gap(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(console, "PIPED_EVERY_S", 0.0)  # every step, for the test
@@ -43,3 +44,14 @@ def test_the_progress_and_the_summary_say_the_same(
     assert words == STOPPED["work_limit"]
     status = next(line for line in captured.out.splitlines() if line.startswith("status "))
     assert status.endswith(": " + words)
+    # the gap (73980 − 72997.2) / 73980 = 1.33%, in the same words on both (the status line said 0.0133)
+    assert "gap 1.33% — " in done and "  gap 1.33%  " in status
+
+
+def test_a_gap_reads_as_a_percentage_everywhere() -> None:
+    assert percent_words(0.0335) == "3.35%"
+    assert percent_words(0.0) == "0.00%"
+    assert percent_words(3e-7) == "<0.01%"  # open, though it rounds to nothing (GAP_TOLERANCE is 1e-6)
+    assert ended_words({"stopped_by": "optimal", "status": "optimal", "gap": 0.0}) == "proven optimal"
+    said = ended_words({"stopped_by": "work_limit", "status": "time_limit", "gap": 0.0335})
+    assert said == "stopped at its work limits (the same plan on every run), gap 3.35%"

@@ -6,6 +6,11 @@ time limits differently."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
+from ppb_core.units import percent_words
+
 # a solve's `stopped_by` in words; the status "time_limit" says only that the proof was not reached
 STOPPED = {
     "optimal": "proven optimal",
@@ -28,3 +33,10 @@ def stopped_words(stopped_by: str, status: str = "", time_limit_s: float | None 
     if stopped_by == "time_limit" and time_limit_s is not None:
         said = said.replace("the time limit", f"the time limit of {time_limit_s:g} s", 1)
     return said
+
+
+def ended_words(result: Mapping[str, Any]) -> str:
+    """Why a result's solve ended and, unless proven optimal, its gap (`ppb check`'s and `ppb plan`'s words)."""
+    said = stopped_words(result.get("stopped_by", ""), result.get("status", ""))
+    gap = result.get("gap")
+    return said if result.get("status") == "optimal" or gap is None else f"{said}, gap {percent_words(gap)}"
