@@ -385,6 +385,8 @@ def test_megatron_lm_moe_recipe_rows_take_each_recipe_s_settings(public):
         assert run.timing.hybridep_custom_allgather is False
         assert run.timing.check_for_nan_in_grad and run.timing.log_params_norm and run.timing.log_num_zeros_in_grad
         assert run.training.moe.router.force_balance
+    # and every recipe's ARGS `moe_router_dtype: fp32`, the paged-stash one's too
+    assert {run.training.moe.router_dtype for run in (*runs.values(), stash)} == {"fp32"}
     assert (h100_bf16.timing.matmul_dtype, gb200_bf16.timing.matmul_dtype) == ("bf16", "bf16")
     assert (h100_fp8.timing.fp8_recipe, gb200_mx.timing.fp8_recipe) == ("blockwise", "mxfp8")
     assert h100_fp8.timing.fp8_param_gather and not gb200_mx.timing.fp8_param_gather
