@@ -358,6 +358,16 @@ CHANGES: dict[str, Change] = {
         "of a kernel with several configs cloned them on the device (`CachingAutotuner.bench` → `clone_args`) "
         "beside Triton's `do_bench` L2 flush buffer",
     ),
+    "mcore_router_te_gemm": Change(
+        MEGATRON_CORE,
+        "0f058666a8",
+        "2025-06-14",
+        (0, 13),
+        "Megatron-Core's router under --moe-router-dtype fp32 runs its gating GEMM as one TE GEMM of the 16-bit "
+        "input writing fp32 logits, and casts the input to fp32 in the backward (!3387, moe_utils.py "
+        "`RouterGatingLinearFunction`); before, router.py `TopKRouter.gating` cast the input to fp32 in the forward "
+        "(`F.linear(input.to(router_dtype), ...)`), autograd casting its gradient back",
+    ),
     "te_fused_grouped_mlp": Change(
         TRANSFORMER_ENGINE,
         "29a8c2fec",
