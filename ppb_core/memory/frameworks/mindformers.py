@@ -39,7 +39,7 @@ from ppb_core.memory.frameworks.base import FrameworkRules
 from ppb_core.memory.setup import MemorySetup
 from ppb_core.memory.static import StaticBytes, static_bytes
 from ppb_core.model.geometry import kv_heads_per_rank, per_rank
-from ppb_core.model.kinds import BodyKind, HeadKind, LayerKind, Moe, TailKind
+from ppb_core.model.kinds import BodyKind, HeadKind, LayerKind, Moe, TailKind, vocab_rows
 from ppb_core.model.params import LayerParams, norm_params
 
 # the fp32 master copy that the optimizers' default state bytes count (run.py `OPTIMIZER_STATE_BYTES`)
@@ -97,14 +97,27 @@ def _split(params: LayerParams, kind: LayerKind | None, setup: MemorySetup, shar
         sharded = sum(w[0] for w in weights if _sharded(w, setup, shard))
         return sharded, params.non_expert - sharded
     if isinstance(kind, (HeadKind, TailKind)):
-        table = per_rank(kind.vocab_size, setup.tp) * kind.hidden_size
+        table = vocab_rows(kind, setup.tp) * kind.hidden_size
         holds = isinstance(kind, HeadKind) or (kind.has_output and not kind.tied and not kind.mtp_layers)
         shardable = setup.embedding_optimizer_shard if isinstance(kind, HeadKind) else not kind.tied
-        weight = (table, kind.vocab_size, setup.tp > 1)
-        if holds and shardable and _sharded(weight, setup, shard) and table <= params.non_expert:
+        weight = (table, kind.vocab_size, setup.tp > 1 and not kind.vocab_replicated)
+        group = _shard_group(kind, setup, shard)
+        if holds and shardable and _sharded(weight, setup, group) and table <= params.non_expert:
             return table, params.non_expert - table
         return 0, params.non_expert
     return params.non_expert, 0  # vision parts: not MindFormers' LLaMA; every element taken as sharded
+
+
+def _shard_group(kind: LayerKind | None, setup: MemorySetup, shard: int) -> int:
+    """Ranks MindSpore shards a layer's weights over: *shard* (the data-parallel group or
+    `optimizer_weight_shard_size`), and for a vocabulary table whole on every TP rank (`vocab_emb_dp`) every rank
+    holding it, dp x cp x tp (operator_info.cc `OperatorInfo::CreateGroupForOptShard`: the devices
+    `GetDevicesByTensorMap` finds for the weight's tensor map, a `(1, 1)` strategy splitting it over none; an
+    `optimizer_weight_shard_size` cuts that group into groups of its size)."""
+    replicated = isinstance(kind, (HeadKind, TailKind)) and kind.vocab_replicated
+    if not replicated or setup.optimizer_shard_size:
+        return shard
+    return shard * setup.tp
 
 
 def optimizer_shards(
@@ -119,7 +132,7 @@ def optimizer_shards(
     shard = setup.optimizer_shard_size or setup.data_group
     expert_shard = setup.optimizer_shard_size or setup.expert_data_group
     sharded, whole = _split(params, kind, setup, shard)
-    if shard <= 1:
+    if _shard_group(kind, setup, shard) <= 1:
         sharded, whole = 0, params.non_expert
     expert = params.expert if expert_shard > 1 else 0
     return LayerParams(sharded, expert), LayerParams(whole, params.expert - expert)
@@ -154,7 +167,7 @@ class MindFormersRules(FrameworkRules):
         shard = setup.optimizer_shard_size or setup.data_group
         expert_shard = setup.optimizer_shard_size or setup.expert_data_group
         sharded, whole = _split(params, kind, setup, shard)
-        held = -(-sharded // shard) + whole + -(-params.expert // expert_shard)
+        held = -(-sharded // _shard_group(kind, setup, shard)) + whole + -(-params.expert // expert_shard)
         every = params.non_expert + params.expert
         # the gradient of a parameter has its dtype; MindSpore reduce-scatters it into the shard in the backward
         # (the AllGather's backward), and keeps the accumulation buffer `accu_grads` whole unless
