@@ -291,14 +291,22 @@ def mindformers_moev2(run: RunConfig) -> bool:
     mindspore-ai/mindspore frontend/parallel/tensor_layout/redistribution_operator_infer.cc
     `InferPermuteByAxis`, stored 9eb43866); `group_wise_a2a` (MoEConfig default False, "converting part of
     intercommunication into intra communication") would slice the capacity over mp first and is not priced.
-    Under `use_seq_parallel` a4dfb8219's `_ffn_forward_sq` runs instead (not read: priced as before)."""
+    Under `use_seq_parallel` a4dfb8219's `_ffn_forward_sq` runs instead (not read: priced as before).
+
+    At model_parallel 1 the same code runs, whatever `use_seq_parallel` says: each rank routes its own micro-batch
+    through `TopkRouterV2.dispatch` into the (expert, capacity) slots (`calculate_expert_capacity_v2`, rounded
+    to a multiple of mp = 1), one AllToAll over `expert_parallel` (the data-parallel ranks `dp // ep` groups
+    of them: `dp_moe`), the experts at `(ep, 1, 1)` and `TopkRouterV2.combine`'s concat, Gather and weighted
+    sum back (`_ffn_forward_sq` at mp 1 makes the same single AllToAll: its `stride_slice_outer_ep_mp` moves the
+    split axis, `stride_slice_allgather` gathers over mp = 1, nothing). So its local passes are MoEV2's
+    (`_moev2_passes`), not the Megatron permute and unpermute that ppb priced there before session 34; the
+    all-to-all's bytes (the rank's E × capacity slots) are the same either way."""
     par, moe = run.parallel, run.training.moe
     return (
         run.framework == "mindformers"
         and not moe.dropless
-        and not par.sequence_parallel
-        and par.tp > 1
         and par.expert_tp == par.tp
+        and (par.tp == 1 or not par.sequence_parallel)
     )
 
 
