@@ -136,3 +136,14 @@ def test_a_stated_shard_size_groups_the_whole_table_by_it():
     run, setup = _optimizer_parallel(True, parallel_optimizer_config={"optimizer_weight_shard_size": 2})
     tail = model_kinds(run, "llm")[2]
     assert MindFormersRules().static(tail_params(tail, TP), setup, tail).parameters == V * H // 2 + H
+
+
+def test_the_whole_logits_loss_transient_beyond_sapps_counts():
+    """Backward, the slice's float32 gradient of every logit and its 16-bit cast alive at once, against the 16-bit
+    gradient of the share a vocabulary-parallel loss writes: N·(V·(4 + 2) - V/4·2) = 1024·(192,000 - 16,000) =
+    180,224,000 bytes; nothing for the vocabulary-parallel head (SAPP's counts hold no loss transient)."""
+    for flag, expected in ((True, 180_224_000), (False, 0.0)):
+        run = _run(flag)
+        tail = model_kinds(run, "llm")[2]
+        setup = MemorySetup.from_run(run)
+        assert MindFormersRules().loss_bytes(tail, tail_params(tail, TP), setup) == expected

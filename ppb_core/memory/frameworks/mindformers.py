@@ -44,6 +44,8 @@ from ppb_core.model.params import LayerParams, norm_params
 
 # the fp32 master copy that the optimizers' default state bytes count (run.py `OPTIMIZER_STATE_BYTES`)
 MASTER_COPY_BYTES = 4
+# a float32 logit: the models cast the head's logits to float32 before the loss
+LOGIT_BYTES = 4
 
 # One weight as MindSpore's optimizer parallel sees it: its elements on one tensor-parallel rank, its first
 # dimension whole, and whether tensor parallelism splits that first dimension.
@@ -198,6 +200,22 @@ class MindFormersRules(FrameworkRules):
             optimizer_bytes=held * moment_bytes(setup),
             held_through_step_bytes=gathered,
         )
+
+    def loss_bytes(
+        self, kind: TailKind, params: LayerParams, setup: MemorySetup, before: LayerParams | None = None
+    ) -> float:
+        """SAPP's counts hold no loss transient; what a whole-vocabulary head (`vocab_emb_dp`, `kinds.vocab_rows`)
+        holds beyond a vocabulary-parallel one's is added to them. Its logits are whole on every TP rank: the
+        model's float32 Cast reads the 16-bit logits and writes every logit (DeepseekV2ForCausalLM / LlamaForCausalLM
+        `construct`: `self.cast(logits, mstype.float32)`, no strategy, so on the whole vocabulary) before
+        MindSpore's redistribution slices the loss's share; its backward the slice's gradient (StridedSliceGrad:
+        every logit in float32, zeros beside the share) and the Cast back to 16 bits, both alive at once, where a
+        vocabulary-parallel loss writes the 16-bit gradient of its share alone. Backward, the larger: N·(V·(4 + bc)
+        - V/tp·bc), N the micro-batch's tokens on a rank."""
+        if not (kind.has_output and kind.vocab_replicated and setup.tp > 1):
+            return 0.0
+        share, whole, bc = per_rank(kind.vocab_size, setup.tp), kind.vocab_size, setup.dtype_bytes
+        return setup.tokens * (whole * (LOGIT_BYTES + bc) - share * bc)
 
     def parameter_working_bytes(
         self,
