@@ -822,9 +822,9 @@ CARD_ROWS: tuple[Card, ...] = (
     # sequence parallelism (flops.mindformers_moev2: every mp rank all-to-alls the whole micro-batch's slots); its
     # unfused attention's softmax in softmax_compute_type float32 (flops.mindformers_softmax_bytes). The figure came
     # in 2388c729a with research/deepseek2/finetune_deepseek2_236B.yaml, the same settings (sink_size 2,
-    # enable_graph_kernel False). Not priced: `vocab_emb_dp: True` (the output head replicated over mp, its logits
-    # computed whole on every rank), the router's fp32 group-limited top-k and three auxiliary losses. Not read:
-    # enable_sdrop (which copies a full expert drops).
+    # enable_graph_kernel False). Its `vocab_emb_dp: True` (the embedding and output head whole on every mp rank, the
+    # logits computed whole) as RunConfig `parallel.vocab_emb_dp` prices it. Not priced: the router's fp32
+    # group-limited top-k and three auxiliary losses. Not read: enable_sdrop (which copies a full expert drops).
     Card(
         "DeepSeek-V2 236B finetune",
         ATLAS_900_A2,
