@@ -38,6 +38,7 @@ from ppb_core.model.kinds import (
     PatchEmbedKind,
     ProjectorKind,
     TailKind,
+    vocab_rows,
 )
 from ppb_core.model.switches import LayerType
 from ppb_core.timing.flex import (
@@ -290,14 +291,22 @@ def mindformers_moev2(run: RunConfig) -> bool:
     mindspore-ai/mindspore frontend/parallel/tensor_layout/redistribution_operator_infer.cc
     `InferPermuteByAxis`, stored 9eb43866); `group_wise_a2a` (MoEConfig default False, "converting part of
     intercommunication into intra communication") would slice the capacity over mp first and is not priced.
-    Under `use_seq_parallel` a4dfb8219's `_ffn_forward_sq` runs instead (not read: priced as before)."""
+    Under `use_seq_parallel` a4dfb8219's `_ffn_forward_sq` runs instead (not read: priced as before).
+
+    At model_parallel 1 the same code runs, whatever `use_seq_parallel` says: each rank routes its own micro-batch
+    through `TopkRouterV2.dispatch` into the (expert, capacity) slots (`calculate_expert_capacity_v2`, rounded
+    to a multiple of mp = 1), one AllToAll over `expert_parallel` (the data-parallel ranks `dp // ep` groups
+    of them: `dp_moe`), the experts at `(ep, 1, 1)` and `TopkRouterV2.combine`'s concat, Gather and weighted
+    sum back (`_ffn_forward_sq` at mp 1 makes the same single AllToAll: its `stride_slice_outer_ep_mp` moves the
+    split axis, `stride_slice_allgather` gathers over mp = 1, nothing). So its local passes are MoEV2's
+    (`_moev2_passes`), not the Megatron permute and unpermute that ppb priced there before session 34; the
+    all-to-all's bytes (the rank's E × capacity slots) are the same either way."""
     par, moe = run.parallel, run.training.moe
     return (
         run.framework == "mindformers"
         and not moe.dropless
-        and not par.sequence_parallel
-        and par.tp > 1
         and par.expert_tp == par.tp
+        and (par.tp == 1 or not par.sequence_parallel)
     )
 
 
@@ -2793,7 +2802,9 @@ def _mla_rope_bytes(geo: OpGeometry, n: float, heads: int, nope: int, rope: int,
     return n * forward * bc, n * backward * bc
 
 
-def _embedding(p: str, block: str, geo: OpGeometry, h: int, vocab: int, positions: int, dropout: float) -> list[Op]:
+def _embedding(
+    p: str, block: str, geo: OpGeometry, h: int, vocab: int, positions: int, dropout: float, replicated: bool = False
+) -> list[Op]:
     """Vocabulary-parallel lookup (every rank writes all tokens, zero outside its shard), summed over TP.
 
     The backward scatter-adds the output gradient into the gradient of the table rows. Under
@@ -2810,7 +2821,12 @@ def _embedding(p: str, block: str, geo: OpGeometry, h: int, vocab: int, position
     EmbeddingBackwardKernel.cu `embedding_backward_cuda_kernel`: `at::zeros` of the whole table in the
     gradient's dtype, then the sorted rows' fp32 partial sums scattered in; 01b9dc565e): bc per table
     element more, FSDP2 reduce-scattering that gradient itself (`ppb_core.census.ops` counts the
-    table written by `embedding_dense_backward`)."""
+    table written by `embedding_dense_backward`).
+
+    *replicated*: MindFormers' `vocab_emb_dp` (`vocab_rows`), the table whole on every TP rank: the Gather
+    `((1, 1), (dp, cp))` looks each token up where it is (llama_layer.py `LlamaEmbedding.shard`, a4dfb8219 and
+    2388c729a), no partial rows to sum over TP; under sequence parallelism the first layer's `(dp, mp, 1)`
+    input is a slice of it (a StridedSlice, its gradient zero-padded: no collective either way)."""
     bc, n = geo.dtype_bytes, geo.tokens
     rows = n * h
     learned_positions = positions > 0
@@ -2822,7 +2838,7 @@ def _embedding(p: str, block: str, geo: OpGeometry, h: int, vocab: int, position
     elif geo.framework == "torchtitan":
         backward += (per_rank(vocab, geo.tp) + positions) * h * bc
     ops = [_elementwise(p + "lookup", block, forward, backward)]
-    if geo.tp > 1:
+    if geo.tp > 1 and not replicated:
         payload = rows * bc
         ops.append(
             Op(
@@ -2852,6 +2868,7 @@ def head_ops(kind: HeadKind, geo: OpGeometry) -> tuple[Op, ...]:
             kind.vocab_size,
             kind.learned_positions,
             kind.hidden_dropout,
+            kind.vocab_replicated,
         )
     )
 
@@ -2972,13 +2989,40 @@ def te_loss_bytes(dtype_bytes: int) -> tuple[int, int]:
     return 3 * dtype_bytes, 2 * dtype_bytes
 
 
+def _replicated_logits(p: str, block: str, kind: TailKind, geo: OpGeometry) -> list[Op]:
+    """The passes MindFormers' whole-vocabulary head (`vocab_emb_dp`, `vocab_rows`) adds beyond the
+    vocabulary-parallel loss's own: the head writes every logit on every TP rank, the model's float32
+    Cast runs on them all, and MindSpore's redistribution to the loss's `(dp, mp)` strategy slices this rank's
+    share (research/deepseek2/deepseek2.py `DeepseekV2ForCausalLM.construct` at 2388c729a, deepseek2_model.py
+    and models/llama/llama.py `LlamaForCausalLM.construct` at a4dfb8219: `self.lm_head`, `self.cast(logits,
+    mstype.float32)`, then `self.loss`, whose CrossEntropyLoss keeps model_parallel). The Cast has no strategy
+    and so no operator of its own in semi-auto parallel (mindspore-ai/mindspore step_parallel_utils.cc
+    `IsParallelCareNode`: a Cast without OperatorInfo is not a parallel-care node): it runs on the layout it is
+    given, the whole vocabulary. The slice is a StridedSlice (redistribution_operator_infer.cc, a split axis
+    added), whose backward (StridedSliceGrad) writes the whole vocabulary's gradient, zeros beside this rank's
+    share, that the Cast's backward casts back: the head's input gradient then a partial sum over the TP ranks
+    as a vocabulary-split head's, all-reduced where that one's is (`_tp_entry`). Bytes beyond `_loss_bytes`,
+    which counts a Cast (bc read, 4 written) and, backward, a 16-bit gradient on this rank's share: forward the
+    Cast on the other logits ((whole - share)·(bc + 4)) and the slice (read and write the share, 4 + 4);
+    backward the loss's gradient in float32 (4 - bc on the share), the slice's gradient (read the share,
+    write the whole in float32) and the Cast back on the whole (4 + bc)."""
+    if not kind.vocab_replicated or geo.tp == 1:
+        return []
+    bc, n = geo.dtype_bytes, geo.tokens
+    share, whole = per_rank(kind.vocab_size, geo.tp), kind.vocab_size
+    forward = n * ((whole - share) * (bc + STATS_BYTES) + 2 * share * STATS_BYTES)
+    backward = n * (share * (STATS_BYTES - bc) + share * STATS_BYTES + whole * STATS_BYTES + whole * (STATS_BYTES + bc))
+    op = _elementwise(p + "logits_slice", block, forward, backward, inputs=(p + "logits",))
+    return [dataclasses.replace(op, launches=(2.0, 2.0))]
+
+
 def _output(p: str, block: str, kind: TailKind, geo: OpGeometry, source: str, with_norm: bool = True) -> list[Op]:
     """Final norm, vocabulary-parallel logits and cross-entropy (logits upcast to fp32, softmax kept),
     and the loss's three small all-reduces (max, sum of exponentials, target logit). Without
     *with_norm* the head reads *source* as it came (an MTP head on the loss chunk of a standalone
     MTP: its MTP layer's final norm ran on the MTP chunk)."""
     h, bc, n = kind.hidden_size, geo.dtype_bytes, geo.tokens
-    vocab = per_rank(kind.vocab_size, geo.tp)
+    vocab = per_rank(kind.vocab_size, geo.tp)  # the loss's share: vocabulary-parallel whatever the head
     norm = p + "final_norm"
     head_input = norm if with_norm else source
     entry = _tp_entry(p, "output", block, geo, h, head_input, p + "logits", switch=None)
@@ -2987,7 +3031,8 @@ def _output(p: str, block: str, kind: TailKind, geo: OpGeometry, source: str, wi
     loss_forward, loss_backward = _loss_bytes(geo, vocab)
     ops = [
         *entry,
-        _matmul(p + "logits", block, n, h, vocab, bc, inputs=(logits_source,), fp8=False),
+        _matmul(p + "logits", block, n, h, vocab_rows(kind, geo.tp), bc, inputs=(logits_source,), fp8=False),
+        *_replicated_logits(p, block, kind, geo),
         _elementwise(p + "loss", block, elements * loss_forward, elements * loss_backward, inputs=(p + "logits",)),
     ]
     if with_norm:
