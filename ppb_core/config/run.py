@@ -1398,6 +1398,13 @@ class RunConfig(StrictModel):
     def model_names(self) -> list[str]:
         return [m.name for m in self.models]
 
+    def files_read(self) -> tuple[Path, ...]:
+        """The files this run config names (config.json, census and calibration files), where it reads them: an
+        output written over one of them would lose an input (`ppb describe run.yaml -o hf/llama3-8b.json`)."""
+        names = [name for m in self.models for name in (m.config, m.census)]
+        names += [self.timing.calibration, self.memory.calibration]
+        return tuple(Path(self.base_dir) / name for name in names if name is not None)
+
     @property
     def send_waits(self) -> str:
         """When the overlapped interleaved schedule waits for its sends: `timing.interleaved_send_waits` where
