@@ -533,6 +533,24 @@ CASES: list[tuple[str, dict[str, str | bytes | Sparse], list[str], list[str]]] =
         ["estimate", "r.yaml"],
         ["hf/x.json: topk_group:", "needs n_group"],
     ),
+    # Megatron-LM sizes of 0: --num-attention-heads 0 raised ZeroDivisionError (hidden % heads); --vocab-size 0 said
+    # "NullTokenizer needs --vocab-size", given; --kv-channels 0 named the run config's head_dim.
+    *(
+        (
+            f"megatron{flag}-0",
+            {},
+            ["import", "megatron", f"{MOE_FLAGS} {flag} 0", "--gpus", "8", "--device", "h100-80gb"],
+            [f"LAUNCH: {flag}: must be positive, got 0"],
+        )
+        for flag in (
+            "--num-attention-heads",
+            "--hidden-size",
+            "--num-layers",
+            "--seq-length",
+            "--vocab-size",
+            "--kv-channels",
+        )
+    ),
     (
         "megatron-group-topk-without-groups",
         {},
