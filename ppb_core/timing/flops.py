@@ -2967,7 +2967,9 @@ def _replicated_logits(p: str, block: str, kind: TailKind, geo: OpGeometry) -> l
     given, the whole vocabulary. The slice is a StridedSlice (redistribution_operator_infer.cc, a split axis
     added), whose backward (StridedSliceGrad) writes the whole vocabulary's gradient, zeros beside this rank's
     share, that the Cast's backward casts back: the head's input gradient then a partial sum over the TP ranks
-    as a vocabulary-split head's, all-reduced where that one's is (`_tp_entry`). Bytes beyond `_loss_bytes`,
+    as a vocabulary-split head's, all-reduced where that one's is (`_tp_entry`; MindSpore's per-rank backward sums
+    such partials in its collectives' bprops: mindspore/ops/_grad_experimental/grad_comm_ops.py
+    `get_bprop_all_gather`, a ReduceScatter(SUM), and AllReduce(SUM)'s, an AllReduce(SUM)). Bytes beyond `_loss_bytes`,
     which counts a Cast (bc read, 4 written) and, backward, a 16-bit gradient on this rank's share: forward the
     Cast on the other logits ((whole - share)·(bc + 4)) and the slice (read and write the share, 4 + 4);
     backward the loss's gradient in float32 (4 - bc on the share), the slice's gradient (read the share,
