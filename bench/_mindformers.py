@@ -261,6 +261,9 @@ class Card:
     expert_parallel: int = 1
     capacity_factor: float | None = None
     seq_parallel: bool | None = None  # parallel_config.use_seq_parallel where the yaml sets it (else mp > 1)
+    # parallel_config.vocab_emb_dp (the yamls with mp > 1 set it False but DeepSeek-V2's): the embedding table and
+    # the output head whole on every model-parallel rank (RunConfig `parallel.vocab_emb_dp`)
+    vocab_emb_dp: bool = False
 
     def plan(self) -> dict[str, Any] | None:
         """The yaml's per-stage layout and recompute in MindFormers' words, as `ppb check --plan` reads
@@ -819,9 +822,9 @@ CARD_ROWS: tuple[Card, ...] = (
     # sequence parallelism (flops.mindformers_moev2: every mp rank all-to-alls the whole micro-batch's slots); its
     # unfused attention's softmax in softmax_compute_type float32 (flops.mindformers_softmax_bytes). The figure came
     # in 2388c729a with research/deepseek2/finetune_deepseek2_236B.yaml, the same settings (sink_size 2,
-    # enable_graph_kernel False). Not priced: `vocab_emb_dp: True` (the output head replicated over mp, its logits
-    # computed whole on every rank), the router's fp32 group-limited top-k and three auxiliary losses. Not read:
-    # enable_sdrop (which copies a full expert drops).
+    # enable_graph_kernel False). Its `vocab_emb_dp: True` (the embedding and output head whole on every mp rank, the
+    # logits computed whole) as RunConfig `parallel.vocab_emb_dp` prices it. Not priced: the router's fp32
+    # group-limited top-k and three auxiliary losses. Not read: enable_sdrop (which copies a full expert drops).
     Card(
         "DeepSeek-V2 236B finetune",
         ATLAS_900_A2,
@@ -843,6 +846,10 @@ CARD_ROWS: tuple[Card, ...] = (
         seq_parallel=False,
         rotary_dtype=None,  # deepseek2_model.py's own rotary for MLA's rope half, not LLaMA's cell: generic
         softmax_dtype="fp32",
+        vocab_emb_dp=True,
+        # research/deepseek2/deepseek2.py `DeepseekV2Model` (2388c729a; deepseek2_model.py at a4dfb8219) builds its
+        # LlamaEmbedding with `parallel_optimizer=True`: the (whole, vocab_emb_dp) table sharded by optimizer parallel
+        embedding_parallel_optimizer=True,
     ),
 )
 
@@ -856,6 +863,8 @@ def card_raw(card: Card) -> dict[str, Any]:
     parallel["enable_parallel_optimizer"] = card.parallel_optimizer
     if card.embedding_parallel_optimizer:
         parallel["embedding_parallel_optimizer"] = True
+    if card.vocab_emb_dp and card.mp > 1:
+        parallel["vocab_emb_dp"] = True
     training: dict[str, Any] = {
         "seq_length": card.seq_length,
         "micro_batch_size": card.batch_size,

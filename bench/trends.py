@@ -1,7 +1,7 @@
 """The public runs' signed errors by feature: which settings the misses follow, device by device.
 
     python bench/trends.py [--table] [--within device|group|cell] [--pairs] [--terms] [--where FEATURE=VALUE ...]
-        [--classes] [--overlap] [--dump|--rows FILE]
+        [--classes] [--overlap] [--dump|--rows FILE] [--cells FEATURE[,FEATURE] ...]
     python bench/trends.py --fp8-pairs [--rows FILE]
 
 Each row of bench/public_runs.py is read back through its run config (`features`): framework, device,
@@ -31,7 +31,11 @@ prices each row again with every collective beside compute taking all the device
 ~3 minutes more): what ppb's overlap would cost charged in full, a term `--terms` fits as the share of it the
 runs spend beyond ppb's charge (the compute a concurrent collective slows, timing-validation.md, session 33). `--where
 moe=dense` keeps the rows of one value (repeatable); `--rows FILE` reads the rows an earlier run
-dumped (`--dump FILE`) to skip the ~2 minutes of pricing. `--fp8-pairs` prints the machine, then every FP8 row
+dumped (`--dump FILE`) to skip the ~2 minutes of pricing. `--cells FEATURE[,FEATURE]` (repeatable)
+prints, in place of the trends, the rows' signed errors by the cells of one feature or two crossed (`cells`:
+rows, mean signed and absolute error, rows under, range), the machine line first, e.g. a group's errors by
+device and model with `--where "group=NeMo archive 25.09 / 26.02 / 26.02.01 / 26.06" --cells device,model`.
+`--fp8-pairs` prints the machine, then every FP8 row
 beside its BF16 twin (the same model, device, parallel layout and release; `fp8_pairs`): the published FP8/BF16 time
 ratio beside ppb's, what FP8 is worth in the runs and in ppb; it prices only the rows that have a twin.
 Nothing here prices anything: it reads the rows and ppb's iteration as they are.
@@ -100,6 +104,14 @@ def recompute(run: RunConfig) -> str:
     return "+".join(on) if on else "none"
 
 
+def model(spec: Any) -> str:
+    """The model in a word, by its shape (a spec holds no name): family, hidden size x layers, and routed experts
+    where it has any, e.g. "generic 2048x48 128e" (Qwen3 30B-A3B)."""
+    shape = f"{getattr(spec, 'family', 'vision')} {spec.hidden_size}x{spec.num_layers}"
+    experts = getattr(spec, "num_experts", 0)
+    return f"{shape} {experts}e" if experts else shape
+
+
 def sharding(run: RunConfig) -> str:
     """How the data-parallel ranks shard: fsdp (its implementation) or zero-N."""
     par = run.parallel
@@ -121,6 +133,7 @@ def settings(row: PublicRun, run: RunConfig) -> dict[str, Any]:
         "cell": f"{run.device.name or 'custom'} / {group_of(row.source)}",
         "precision": precision(run),
         "family": getattr(spec, "family", "vision"),
+        "model": model(spec),
         "moe": "moe" if getattr(spec, "num_experts", 0) else "dense",
         "hidden": spec.hidden_size,
         "hidden_per_tp": spec.hidden_size // par.tp,
@@ -339,6 +352,7 @@ FEATURES = (
     "framework",
     "precision",
     "family",
+    "model",
     "moe",
     "hidden",
     "hidden_per_tp",
@@ -410,6 +424,27 @@ def print_trends(rows: Sequence[dict[str, Any]], within: str) -> None:
             said = " " * 11
         cells = "  ".join(f"{b} ({n}) {mean:+.1%}" for b, n, mean in by_feature(rows, name, residual))
         print(f"{name:22s} {said}  {cells}")
+
+
+def cells(rows: Sequence[dict[str, Any]], names: Sequence[str]) -> list[tuple[tuple[str, ...], list[float]]]:
+    """The rows' signed errors by the cells of the features *names* (one, or two crossed): each cell's values (as
+    the table prints them) and its rows' errors, cells in order of their values."""
+    found: dict[tuple[str, ...], list[float]] = defaultdict(list)
+    for row in rows:
+        found[tuple(str(row[name]) for name in names)].append(row["error"])
+    return sorted(found.items())
+
+
+def print_cells(rows: Sequence[dict[str, Any]], names: Sequence[str]) -> None:
+    """`cells` as a table: rows, mean signed and absolute error, rows under (ppb fast), range; all rows last."""
+    width = max(20, *(len(" / ".join(values)) for values, _ in cells(rows, names)))
+    print(f"{' / '.join(names):{width}s}  rows  signed  absolute  under    range")
+    for values, errors in [*cells(rows, names), (("all",), [row["error"] for row in rows])]:
+        under = sum(1 for e in errors if e < 0)
+        print(
+            f"{' / '.join(values):{width}s} {len(errors):5d} {statistics.fmean(errors):+7.1%} "
+            f"{statistics.fmean(abs(e) for e in errors):8.1%} {under:6d}  {min(errors):+6.1%} .. {max(errors):+6.1%}"
+        )
 
 
 # A pair is two rows of one model (these equal) whose settings (`PAIR_SETTINGS`) differ in one or two.
@@ -662,6 +697,18 @@ def main(argv: list[str]) -> int:
     if not rows:
         print("bench/trends.py: --where keeps no row", file=sys.stderr)
         return 2
+    if tables := [argv[k + 1].split(",") for k, word in enumerate(argv) if word == "--cells"]:
+        unknown = sorted({name for names in tables for name in names if name not in rows[0]})
+        if unknown or any(len(names) > 2 for names in tables):
+            said = f"{', '.join(unknown)}: not a feature" if unknown else "one feature or two, comma-separated"
+            print(f"bench/trends.py: --cells: {said}", file=sys.stderr)
+            return 2
+        print(f"machine: {machine()}")
+        print(f"{len(rows)} rows; error: ppb's seconds over the published ones, minus one")
+        for names in tables:
+            print()
+            print_cells(rows, names)
+        return 0
     if "--table" in argv:
         print_table(rows)
         print()

@@ -292,3 +292,51 @@ def test_host_per_gpu_is_zero_outside_megatron(bench):
     # torchtitan's rows carry no launch count (ppb prices no host for them)
     row = next(r for r in bench.public_runs() if r.name.startswith("torchtitan Llama 3.1 8B FSDP (8 H100)"))
     assert bench.collect([row])[0]["host_per_gpu"] == 0.0
+
+
+def test_cells_by_one_feature_and_two_crossed(bench):
+    rows = [
+        {"device": "b200", "moe": "dense", "error": -0.10},
+        {"device": "b200", "moe": "moe", "error": -0.30},
+        {"device": "h100", "moe": "dense", "error": 0.04},
+        {"device": "b200", "moe": "dense", "error": -0.20},
+    ]
+    # by device: b200 holds rows 1, 2, 4 (−0.10, −0.30, −0.20), h100 row 3 (+0.04), in order of the values
+    assert [(values, errors) for values, errors in bench.cells(rows, ["device"])] == [
+        (("b200",), [-0.10, -0.30, -0.20]),
+        (("h100",), [0.04]),
+    ]
+    # crossed with moe: b200 dense (−0.10, −0.20), b200 moe (−0.30), h100 dense (+0.04)
+    assert [values for values, _ in bench.cells(rows, ["device", "moe"])] == [
+        ("b200", "dense"),
+        ("b200", "moe"),
+        ("h100", "dense"),
+    ]
+
+
+def test_the_cells_table_prints_means_and_rows_under(bench, capsys):
+    rows = [{"device": "b200", "error": -0.10}, {"device": "b200", "error": 0.02}, {"device": "h100", "error": -0.30}]
+    bench.print_cells(rows, ["device"])
+    lines = capsys.readouterr().out.splitlines()
+    # b200: mean (−0.10 + 0.02) / 2 = −4.0%, absolute (0.10 + 0.02) / 2 = 6.0%, one under, −10.0 .. +2.0%;
+    # all: (−0.10 + 0.02 − 0.30) / 3 = −12.7%, absolute 0.42 / 3 = 14.0%, two under
+    assert lines[1].split() == ["b200", "2", "-4.0%", "6.0%", "1", "-10.0%", "..", "+2.0%"]
+    assert lines[3].split() == ["all", "3", "-12.7%", "14.0%", "2", "-30.0%", "..", "+2.0%"]
+
+
+def test_a_model_is_its_family_shape_and_experts(bench):
+    class Spec:
+        family, hidden_size, num_layers, num_experts = "generic", 2048, 48, 128
+
+    class Dense:
+        family, hidden_size, num_layers = "generic", 16384, 126
+
+    assert bench.model(Spec()) == "generic 2048x48 128e"
+    assert bench.model(Dense()) == "generic 16384x126"
+
+
+def test_cells_refuses_an_unknown_feature(bench, tmp_path, capsys):
+    dumped = tmp_path / "rows.json"
+    dumped.write_text('[{"device": "b200", "error": -0.1}]')
+    assert bench.main(["--rows", str(dumped), "--cells", "device,colour"]) == 2
+    assert capsys.readouterr().err.strip() == "bench/trends.py: --cells: colour: not a feature"

@@ -160,6 +160,9 @@ def test_every_card_row_is_its_yaml_and_readme(cards):
                 card.spec["first_dense_layers"],
             )
         assert config["parallel"]["enable_parallel_optimizer"] is card.parallel_optimizer
+        # parallel_config.vocab_emb_dp (TransformerOpParallelConfig's default True): the tables whole on every mp rank;
+        # at mp 1 it changes nothing and the card states none
+        assert par.get("vocab_emb_dp", True) is card.vocab_emb_dp or card.mp == 1
         # context.jit_config.jit_level (mindspore.set_context's jit_config): graph-kernel fusion at O1
         assert (config["context"].get("jit_config") or {}).get("jit_level") == card.jit_level
         # LLaMA's RotaryEmbedding in model_config.rotary_dtype (LlamaConfig's default float32); ChatGLM2's own

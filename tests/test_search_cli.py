@@ -101,7 +101,7 @@ def test_the_proven_places_read_right_at_none_and_one() -> None:
     assert proven_line(1, 2.0, None).startswith("place 1 is proven; past it, the fastest found")
     line = proven_line(3, 2.8381, 0.018)
     assert line.startswith("places 1 to 3 are proven; past them,")
-    assert line.endswith("bounded at 2.838 s or more: none can be more than 1.8 % faster than the first)")
+    assert line.endswith("bounded at 2.838 s or more: none can be more than 1.80% faster than the first)")
 
 
 def test_a_search_that_ranks_nothing_says_so_without_an_empty_table(tmp_path: Path, capsys) -> None:

@@ -387,6 +387,8 @@ def test_megatron_lm_moe_recipe_rows_take_each_recipe_s_settings(public):
         assert run.timing.hybridep_custom_allgather is False
         assert run.timing.check_for_nan_in_grad and run.timing.log_params_norm and run.timing.log_num_zeros_in_grad
         assert run.training.moe.router.force_balance
+    # and every recipe's ARGS `moe_router_dtype: fp32`, the paged-stash one's too
+    assert {run.training.moe.router_dtype for run in (*runs.values(), stash)} == {"fp32"}
     assert (h100_bf16.timing.matmul_dtype, gb200_bf16.timing.matmul_dtype) == ("bf16", "bf16")
     assert (h100_fp8.timing.fp8_recipe, gb200_mx.timing.fp8_recipe) == ("blockwise", "mxfp8")
     assert h100_fp8.timing.fp8_param_gather and not gb200_mx.timing.fp8_param_gather
@@ -512,6 +514,10 @@ def test_megatron_bridge_verification_card_rows_take_each_commit_s_perf_recipe(p
     assert mx.timing.fp8_dot_product_attention and mx.timing.cudnn_version == (9, 21)
     assert mx.parallel.overlap_moe_expert_parallel_comm and mx.timing.delay_wgrad_compute
     assert not mx.training.moe.router.force_balance and mx.training.grad_bytes == 2
+    # the recipe's use_transformer_engine_op_fuser, moe_mlp_glu_interleave_size 32 and NVTE_CUTEDSL_FUSED_GROUPED_MLP=1:
+    # TE's fused grouped MLP (Megatron-Core 6cd6ea530e `TEGroupedMLP._fused_forward`), without a rank capacity
+    assert mx.timing.use_transformer_engine_op_fuser and mx.timing.moe_mlp_glu_interleave_size == 32
+    assert mx.timing.moe_expert_rank_capacity_factor is None and not mx.timing.moe_paged_stash
     assert (mx.framework_release.megatron_core, mx.framework_release.transformer_engine) == ("2026-07-23", "2.17")
     seconds = [row.seconds for row in rows.values()][:9]
     stated = [61.75613, 4.99563, 20.14729, 25.07032, 30.28955, 16.66493, 11.63635, 22.40088, 12.36234]

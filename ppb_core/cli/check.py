@@ -20,7 +20,8 @@ from ppb_core.balance.outputs import YAML_KEYS, cells, says_yaml_keys
 from ppb_core.balance.plan import Plan
 from ppb_core.balance.plan_recompute import plan_flags, run_for_plan
 from ppb_core.balance.problem import run_problem
-from ppb_core.balance.result import balance, stopped_words
+from ppb_core.balance.result import balance
+from ppb_core.balance.stopped import ended_words
 from ppb_core.balance.torchtitan_plan import add_torchtitan, torchtitan_lines
 from ppb_core.balance.user_plan import read_plan
 from ppb_core.cli.console import progress_hook, table_console, warn_if_clock_stopped
@@ -254,7 +255,7 @@ def render(out: dict[str, Any]) -> None:
         versus = f"{optimum['speedup']:.3f}× yours" if not out.get("message") else "yours does not fit"
         # said as `ppb balance` says it: why the solve ended (the status "time_limit" only says no proof), and
         # the MindFormers yaml keys only where they are the plan's words (a Megatron run has its flags below)
-        stopped = stopped_words(optimum) + ("" if optimum["status"] == "optimal" else f", gap {optimum['gap']:.2%}")
+        stopped = ended_words(optimum)
         keys = "; " + ", ".join(f"{key} {optimum[key]}" for key in YAML_KEYS) if optimum["yaml_keys_said"] else ""
         # given in the run's own words (Megatron flags, torchtitan lines, a MindFormers yaml), the balancer's plan
         # that is the same one is said so: the gpt3 175B example's even split printed its own layout and first/last

@@ -30,7 +30,7 @@ from ppb_core.io import check_output
 from ppb_core.search.outputs import megatron_text, mindformers_text, result_json, torchtitan_said, write_ranking
 from ppb_core.search.rank import BALANCER_FAILED, BALANCER_TIMEOUT, Ranked, SearchResult, screened_words, search
 from ppb_core.search.spec import SearchOptions, SearchSpec, load_search_spec
-from ppb_core.units import counted
+from ppb_core.units import counted, percent_words
 
 
 def run(args: argparse.Namespace) -> int:
@@ -406,6 +406,6 @@ def proven_line(proven: int, unexamined_bound_s: float, gap: float | None) -> st
     return (
         f"{said} the fastest found within the search's budget (the strategies left unexamined are bounded at "
         f"{unexamined_bound_s:,.3f} s or more"
-        + ("" if gap is None else f": none can be more than {100 * gap:.1f} % faster than the first")
+        + ("" if gap is None else f": none can be more than {percent_words(gap)} faster than the first")
         + ")"
     )

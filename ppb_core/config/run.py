@@ -244,6 +244,12 @@ class Parallel(StrictModel):
         description="MindFormers' model.model_config.parallel_optimizer (LlamaConfig, default False): the "
         "embedding table sharded by the optimizer parallel too",
     )
+    vocab_emb_dp: bool = Field(
+        False,
+        description="MindFormers' parallel_config.vocab_emb_dp (framework mindformers; MindFormers' own default is "
+        "true): the embedding table and the output head whole on every model-parallel rank (the lookup local, the "
+        "head's logits computed over the whole vocabulary, the loss still split); false: both split over tp",
+    )
     microbatch_group_size_per_vp_stage: (
         Annotated[PositiveInt, limits.at_most(limits.MICRO_BATCHES, "micro-batches")] | None
     ) = Field(
@@ -2363,6 +2369,7 @@ def _check_run(run: RunConfig, where: str) -> None:
             "or set fsdp false",
         )
     _check_parallel_optimizer(run, where)
+    _check_vocab_emb_dp(run, where)
     if run.timing.overlap_p2p_comm_warmup_flush and par.schedule != "interleaved":
         # Megatron sets overlap_p2p_comm False without virtual stages (arguments.py validate_args), so
         # batch_p2p_comm = True (argument_utils.py), and model_parallel_config.py `__post_init__` then raises
@@ -2525,6 +2532,14 @@ def _check_padding(run: RunConfig, where: str) -> None:
     if moe.dropless_imbalance != 1.0 or moe.max_vio is not None:
         said = "MindFormers pads every expert to its capacity: no routing imbalance to state beside a capacity_factor"
         raise InputError(where, "training.moe", said)
+
+
+def _check_vocab_emb_dp(run: RunConfig, where: str) -> None:
+    """MindFormers' `parallel_config.vocab_emb_dp`: framework mindformers only (LlamaEmbedding.shard and the
+    models' lm_head shard read it, mindformers a4dfb8219)."""
+    if run.parallel.vocab_emb_dp and run.framework != "mindformers":
+        said = f"is MindFormers' (docs/frameworks.md); this run's framework is {run.framework}"
+        raise InputError(where, "parallel.vocab_emb_dp", said)
 
 
 def _check_parallel_optimizer(run: RunConfig, where: str) -> None:

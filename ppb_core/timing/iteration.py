@@ -1239,9 +1239,11 @@ def embedding_sync_stages(run: RunConfig, placed: Sequence[Layer], model_name: s
 
 def embedding_sync_bytes(run: RunConfig, memory: MemoryModel, model_name: str) -> float:
     """The word-embedding gradient one rank all-reduces: its vocab/tp × h shard (padded vocabulary) in
-    the gradient's dtype (`main_grad`, finalize_model_grads.py `_allreduce_embedding_grad`)."""
+    the gradient's dtype (`main_grad`, finalize_model_grads.py `_allreduce_embedding_grad`); the whole
+    table under MindFormers' `vocab_emb_dp` (`kinds.vocab_rows`)."""
     vocab, hidden = run.vocab_size(model_name), run.spec(model_name).hidden_size
-    return per_rank(vocab, run.parallel.tp) * hidden * memory.setup.grad_bytes
+    whole = run.framework == "mindformers" and run.parallel.vocab_emb_dp
+    return (vocab if whole else per_rank(vocab, run.parallel.tp)) * hidden * memory.setup.grad_bytes
 
 
 def _embedding_sync(run, memory, links, placed) -> float:
