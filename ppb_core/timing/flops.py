@@ -363,6 +363,7 @@ class OpGeometry(Geometry):
     hybridep_custom_allgather: bool = True
     dispatch_bytes: int = 2  # bytes per element the expert dispatch sends (FP8 dispatch: 1)
     router_bytes: int = 2  # the router's probabilities (--moe-router-dtype, else the training dtype)
+    router_te_gemm: bool = True  # Megatron-Core's fp32 router through one TE GEMM (`_router_cast_passes`)
     permute_fusion: bool = False  # Megatron's --moe-permute-fusion (Transformer Engine's permute kernels)
     # A vision encoder's bidirectional attention within images or windows: (query, key) pairs per head
     # of one sample; 0 for a causal language model.
@@ -481,6 +482,7 @@ class OpGeometry(Geometry):
             main_grad_passes=main_grad_passes(run.timing.deepspeed_bf16_optimizer),
             rope_fusion=run.rope_fused,
             router_bytes=ROUTER_BYTES.get(train.moe.router_dtype or "", train.dtype_bytes),
+            router_te_gemm=run.framework_release.holds("mcore_router_te_gemm"),
             permute_fusion=train.moe.permute_fusion,
             bias_gelu_fusion=run.timing.bias_gelu_fusion,
             bias_dropout_fusion=run.timing.bias_dropout_fusion,
@@ -1832,6 +1834,37 @@ def _ffn(
     ]
 
 
+def _router_cast_passes(
+    geo: OpGeometry, tokens: float, h: int, experts: int, bc: int
+) -> dict[str, tuple[float, float]]:
+    """The memory-bound passes Megatron-Core's router adds beside its gating GEMM under --moe-router-dtype fp32
+    with a 16-bit input (`Op.side_bytes`, `Op.side_kernels`; the GEMM stays priced at 16-bit operands and rate).
+    From core_v0.13.0 (0f058666a8, moe_utils.py `RouterGatingLinearFunction`, unchanged at d98e8a64) the forward
+    is one TE GEMM of the 16-bit input writing fp32 logits; the backward casts the weight and the saved input to
+    fp32 (`.to(ctx.router_dtype)`: read 2, write 4 bytes an element), runs both gradients' GEMMs on fp32 operands
+    (TE's pure-fp32 GEMM) and casts both gradients back (read 4, write 2): 4 kernels. Before, router.py
+    `TopKRouter.gating` ran `F.linear(input.to(router_dtype), weight.to(router_dtype))`: the forward casts the
+    input and the weight (2 kernels) and multiplies fp32 operands; autograd's backward multiplies fp32 operands and
+    casts both gradients back (2 kernels). Beyond the 16-bit GEMMs: every fp32 operand read or written 2 bytes
+    more an element, each cast 6 bytes an element; per token and hidden element 16 bytes from core_v0.13.0 (2 +
+    2 + 6 + 6, all in the backward), 18 before (6 + 2 forward, 2 + 2 + 6 backward). fp64 is not priced this way."""
+    if geo.framework != "megatron" or geo.router_bytes != 4 or bc != 2:
+        return {}
+    extra = 4 - bc  # bytes an element an fp32 operand adds over the 16-bit one
+    cast = bc + 4  # a cast between the two: read one, write the other
+    th, te, eh = tokens * h, tokens * experts, experts * h
+    # the backward's two GEMMs on fp32 operands: the output gradient read by both, the input gradient and the
+    # weight gradient written, the input and the weight read
+    gemms = (2 * te + 2 * th + 2 * eh) * extra
+    if geo.router_te_gemm:
+        # forward: the fp32 logits; backward: the casts of the weight and the input, then of both gradients
+        return {"side_bytes": (te * extra, gemms + 2 * (th + eh) * cast), "side_kernels": (0.0, 4.0)}
+    # forward: the casts of the input and the weight, the fp32 GEMM reading both and writing the logits;
+    # backward: the two fp32 GEMMs, the casts of both gradients
+    forward = (th + eh) * cast + (th + eh + te) * extra
+    return {"side_bytes": (forward, gemms + (th + eh) * cast), "side_kernels": (2.0, 2.0)}
+
+
 def expert_probs_bytes(geo: OpGeometry) -> int:
     """Bytes of an element of the routing probabilities the experts weight their rows by. DeepEP and HybridEP
     take and return fp32 probabilities whatever the router's dtype (token_dispatcher.py `_DeepepManager.dispatch`
@@ -2113,6 +2146,7 @@ def moe_ops(kind: BodyKind, moe: Moe, geo: OpGeometry, p: str = "") -> list[Op]:
                 fp8=False,
             ),
             grad_adds=1.0 if moe.router_bias else 0.0,  # router.py `TopKRouter`'s bias (add_bias_linear)
+            **_router_cast_passes(geo, whole, h, experts + (1 if moe.shared_expert_gate else 0), bc),
         ),
         # Router logits upcast, softmax and top-k in fp32; Megatron's kernels and host syncs by its settings.
         _router_topk(p + "router_topk", block, whole * experts * (bc + 2 * STATS_BYTES), moe, geo, (p + "router",)),
