@@ -1417,6 +1417,13 @@ class RunConfig(StrictModel):
     def model_names(self) -> list[str]:
         return [m.name for m in self.models]
 
+    def files_read(self) -> tuple[Path, ...]:
+        """The files this run config names (config.json, census and calibration files), where it reads them: an
+        output written over one of them would lose an input (`ppb describe run.yaml -o hf/llama3-8b.json`)."""
+        names = [name for m in self.models for name in (m.config, m.census)]
+        names += [self.timing.calibration, self.memory.calibration]
+        return tuple(Path(self.base_dir) / name for name in names if name is not None)
+
     @property
     def send_waits(self) -> str:
         """When the overlapped interleaved schedule waits for its sends: `timing.interleaved_send_waits` where
@@ -2552,6 +2559,14 @@ def _check_padding(run: RunConfig, where: str) -> None:
     if moe.dropless_imbalance != 1.0 or moe.max_vio is not None:
         said = "MindFormers pads every expert to its capacity: no routing imbalance to state beside a capacity_factor"
         raise InputError(where, "training.moe", said)
+    par = run.parallel
+    moe_models = any(isinstance(spec, ModelSpec) and spec.is_moe for spec in run.specs.values())
+    if moe_models and par.etp is not None and par.etp != par.tp:
+        # MoEV2's experts split their width over model_parallel (llama_layer.py `LlamaFeedForward.shard`, expert_num
+        # > 1: w1/w3 `(ep, mp, 1)`, w2 `(ep, 1, mp)`, a4dfb8219), and expert_parallel groups inside data_parallel ·
+        # context_parallel (moe.py `MoEV2`: `dp_moe = dp // ep`, the reshape to `(dp_moe, ep, E, n, h)`)
+        said = f"{par.etp}: MindFormers' capacity MoE (MoEV2) splits each expert over model_parallel, etp = tp {par.tp}"
+        raise InputError(where, "parallel.etp", said)
 
 
 def _check_vocab_emb_dp(run: RunConfig, where: str) -> None:
