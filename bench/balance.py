@@ -28,6 +28,14 @@ each critical-path solve is followed by the least T of the program's relaxation 
 rows proves more than this without branching, so a gap above it is the stage choices'
 integrality. The issue's two instances are `dsv3-like P16 V2 m64` and `128 layers P64 V1`. Runs
 on one core (the process is pinned to CPU 0 where the OS allows). Prints the machine, then one line per solve.
+
+`--large` solves the largest programs instead, as `ppb balance RUN` solves them (the default solve, the
+Megatron-Core settings beside it), each from a run config of a spec model of 1,024 layers (hidden 1,024, 16
+heads, FFN 4,096, vocabulary 32,000, 2,048 tokens, h100-80gb; the sizes ppb's limits allow, `ppb_core/limits.py`):
+`1024 layers P64 V8` (interleaved, m=256) and `1024 layers P512 V1` (1F1B, m=256). Each step of the solve a
+person would wait on (a round, a Megatron-Core setting starting, a bound, the probing's end, a listing cut) is
+printed as it ends with the wall-clock and CPU seconds since the solve started and since the step before:
+seconds per round. They take minutes; `--only` picks one.
 """
 
 from __future__ import annotations
@@ -223,11 +231,87 @@ def _line(name: str, mode: str, solution, seconds: float, proven: _ProvenAt, cpu
     )
 
 
+# The spec model of `--large` (docstring): Megatron-LM's defaults for the rest (GPT, no MTP).
+LARGE_RUN = """\
+models:
+  - name: llm
+    spec: {vocab_size: 32000, hidden_size: 1024, num_layers: 1024, num_attention_heads: 16,
+           intermediate_size: 4096, max_position_embeddings: 2048}
+parallel: {dp: 1, tp: 1, pp: PP, vpp: VPP, cp: 1, ep: 1, schedule: SCHEDULE, world_size: PP}
+training: {seq_length: 2048, micro_batch_size: 1, micro_batches: 256, dtype: bf16}
+device: {name: h100-80gb}
+"""
+# the steps `--large` prints (the others, hundreds, only update a spinner in `ppb balance`)
+LARGE_STEPS = ("listing", "closed_form", "start_plan", "bound", "round", "stopped", "setting_start", "megatron", "done")
+
+
+def _large_cases() -> list[tuple[str, BalanceInput, list[str] | None, float]]:
+    import yaml
+
+    from ppb_core.balance.megatron import selective_modules
+    from ppb_core.balance.problem import run_problem
+    from ppb_core.config.run import parse_run_config
+    from ppb_core.estimate.plan import time_unit_s
+    from ppb_core.payload.run import describe_run
+
+    cases = []
+    sizes = (("1024 layers P64 V8", 64, 8, "interleaved"), ("1024 layers P512 V1", 512, 1, "1f1b"))
+    for name, pp, vpp, schedule in sizes:
+        text = LARGE_RUN.replace("VPP", str(vpp)).replace("PP", str(pp)).replace("SCHEDULE", schedule)
+        run = parse_run_config(yaml.safe_load(text), name)
+        problem = run_problem(run, describe_run(run))
+        cases.append((name, problem, selective_modules(run), time_unit_s(run, problem.describe())))
+    return cases
+
+
+class _Steps:
+    """Progress hook printing the steps a person waits on (`LARGE_STEPS`) with wall and CPU seconds, in all and
+    since the step before."""
+
+    def __init__(self, unit_s: float | None) -> None:
+        self.unit_s = unit_s
+        self.started, self.cpu_started = time.perf_counter(), time.process_time()
+        self.last = (0.0, 0.0)
+
+    def __call__(self, progress) -> None:
+        if progress.phase not in LARGE_STEPS:
+            return
+        wall, cpu = time.perf_counter() - self.started, time.process_time() - self.cpu_started
+        shown = dataclasses.replace(progress, unit_s=self.unit_s).line().split("] ", 1)[1]
+        print(
+            f"  {wall:8.1f} s (CPU {cpu:7.1f} s)  +{wall - self.last[0]:7.1f} s (CPU +{cpu - self.last[1]:6.1f} s)  "
+            f"{shown}",
+            flush=True,
+        )
+        self.last = (wall, cpu)
+
+
+def large(only: str | None, time_limit: float | None) -> None:
+    """`--large`: the largest programs, step by step (module docstring)."""
+    for name, problem, modules, unit_s in _large_cases():
+        if only and only not in name:
+            continue
+        print(f"{name}: P={problem.stages} V={problem.chunks} m={problem.micro_batches} {problem.schedule_name}")
+        steps = _Steps(unit_s)
+        started, cpu_started = time.perf_counter(), time.process_time()
+        solution = solve(problem, time_limit=time_limit, progress=steps, selective_modules=modules)
+        cpu = time.process_time() - cpu_started
+        gap = "—" if solution.gap is None else f"{solution.gap:.2%}"
+        plan = solution.plan
+        print(
+            f"{name:<22} {solution.stopped_by:<10} {time.perf_counter() - started:8.1f} s (CPU {cpu:.1f} s)  "
+            f"iteration {'—' if plan is None else f'{plan.iteration_time * unit_s:.3f} s'}  gap {gap}  "
+            f"rounds {solution.rounds}  choices {solution.choices}",
+            flush=True,
+        )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--time-limit", type=float, default=None, help="a wall-clock limit per solve (default: none)")
     parser.add_argument("--only", help="run the cases whose name contains this")
     parser.add_argument("--ceiling", action="store_true", help="also the relaxation's bound with every path as a row")
+    parser.add_argument("--large", action="store_true", help="the largest programs instead, step by step (minutes)")
     args = parser.parse_args()
     if hasattr(os, "sched_setaffinity"):
         with contextlib.suppress(OSError):
@@ -239,6 +323,9 @@ def main() -> None:
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
     limit = "none" if args.time_limit is None else f"{args.time_limit:g} s"
     print(f"highspy {version('highspy')}; time limit {limit} per solve; load average {load:.2f}")
+    if args.large:
+        large(args.only, args.time_limit)
+        return
     llama = read_layer_set(ROOT / "tests" / "data" / "llama2_70b.json")
     cases = [
         ("dsv3-like P16 V2 m32", BalanceInput(layer_set(DSV3_LIKE), 16, 32, 2, 77559.0)),
