@@ -29,13 +29,14 @@ rows proves more than this without branching, so a gap above it is the stage cho
 integrality. The issue's two instances are `dsv3-like P16 V2 m64` and `128 layers P64 V1`. Runs
 on one core (the process is pinned to CPU 0 where the OS allows). Prints the machine, then one line per solve.
 
-`--large` solves the largest programs instead, as `ppb balance RUN` solves them (the default solve, the
-Megatron-Core settings beside it), each from a run config of a spec model of 1,024 layers (hidden 1,024, 16
-heads, FFN 4,096, vocabulary 32,000, 2,048 tokens, h100-80gb; the sizes ppb's limits allow, `ppb_core/limits.py`):
-`1024 layers P64 V8` (interleaved, m=256) and `1024 layers P512 V1` (1F1B, m=256). Each step of the solve a
-person would wait on (a round, a Megatron-Core setting starting, a bound, the probing's end, a listing cut) is
-printed as it ends with the wall-clock and CPU seconds since the solve started and since the step before:
-seconds per round. They take minutes; `--only` picks one.
+`--large` runs `ppb balance RUN --json` on the largest programs instead (the default solve, the
+Megatron-Core settings beside it, the report, any solve again for memory: `balance.fitting`), each a run
+config of a spec model of 1,024 layers (hidden 1,024, 16 heads, FFN 4,096, vocabulary 32,000, 2,048 tokens,
+h100-80gb; the sizes ppb's limits allow, `ppb_core/limits.py`): `1024 layers P64 V8` (interleaved, m=256)
+and `1024 layers P512 V1` (1F1B, m=256). Each step a person waits on (a round, a Megatron-Core setting
+starting, a bound, a listing cut, a solve again) is printed as it ends with the wall-clock and CPU seconds
+since the command started and since the step before: seconds per round. They take minutes; `--only` picks
+one.
 """
 
 from __future__ import annotations
@@ -241,32 +242,26 @@ parallel: {dp: 1, tp: 1, pp: PP, vpp: VPP, cp: 1, ep: 1, schedule: SCHEDULE, wor
 training: {seq_length: 2048, micro_batch_size: 1, micro_batches: 256, dtype: bf16}
 device: {name: h100-80gb}
 """
+LARGE_SIZES = (("1024 layers P64 V8", 64, 8, "interleaved"), ("1024 layers P512 V1", 512, 1, "1f1b"))
 # the steps `--large` prints (the others, hundreds, only update a spinner in `ppb balance`)
-LARGE_STEPS = ("listing", "closed_form", "start_plan", "bound", "round", "stopped", "setting_start", "megatron", "done")
-
-
-def _large_cases() -> list[tuple[str, BalanceInput, list[str] | None, float]]:
-    import yaml
-
-    from ppb_core.balance.megatron import selective_modules
-    from ppb_core.balance.problem import run_problem
-    from ppb_core.config.run import parse_run_config
-    from ppb_core.estimate.plan import time_unit_s
-    from ppb_core.payload.run import describe_run
-
-    cases = []
-    sizes = (("1024 layers P64 V8", 64, 8, "interleaved"), ("1024 layers P512 V1", 512, 1, "1f1b"))
-    for name, pp, vpp, schedule in sizes:
-        text = LARGE_RUN.replace("VPP", str(vpp)).replace("PP", str(pp)).replace("SCHEDULE", schedule)
-        run = parse_run_config(yaml.safe_load(text), name)
-        problem = run_problem(run, describe_run(run))
-        cases.append((name, problem, selective_modules(run), time_unit_s(run, problem.describe())))
-    return cases
+LARGE_STEPS = (
+    "start",
+    "listing",
+    "closed_form",
+    "start_plan",
+    "bound",
+    "round",
+    "stopped",
+    "setting_start",
+    "megatron",
+    "memory_refit",
+    "done",
+)
 
 
 class _Steps:
     """Progress hook printing the steps a person waits on (`LARGE_STEPS`) with wall and CPU seconds, in all and
-    since the step before."""
+    since the step before (the figures in seconds: *unit_s*, as `ppb balance` shows them)."""
 
     def __init__(self, unit_s: float | None) -> None:
         self.unit_s = unit_s
@@ -287,21 +282,40 @@ class _Steps:
 
 
 def large(only: str | None, time_limit: float | None) -> None:
-    """`--large`: the largest programs, step by step (module docstring)."""
-    for name, problem, modules, unit_s in _large_cases():
+    """`--large`: `ppb balance RUN --json` of each large case in this process, its progress hook printing the
+    steps (`_Steps`) in place of the spinner; then the whole command's seconds and its answer."""
+    import io
+    import json
+    import tempfile
+
+    import ppb_core.cli.balance as balance_command
+    from ppb_core.cli.main import main as ppb
+
+    @contextlib.contextmanager
+    def steps_hook(quiet: bool = False, unit_s: float | None = None):
+        yield _Steps(unit_s)
+
+    balance_command.progress_hook = steps_hook
+    for name, pp, vpp, schedule in LARGE_SIZES:
         if only and only not in name:
             continue
-        print(f"{name}: P={problem.stages} V={problem.chunks} m={problem.micro_batches} {problem.schedule_name}")
-        steps = _Steps(unit_s)
-        started, cpu_started = time.perf_counter(), time.process_time()
-        solution = solve(problem, time_limit=time_limit, progress=steps, selective_modules=modules)
-        cpu = time.process_time() - cpu_started
-        gap = "—" if solution.gap is None else f"{solution.gap:.2%}"
-        plan = solution.plan
+        print(f"{name}: m=256 {schedule}", flush=True)
+        with tempfile.TemporaryDirectory() as folder:
+            run = Path(folder) / "run.yaml"
+            run.write_text(LARGE_RUN.replace("VPP", str(vpp)).replace("PP", str(pp)).replace("SCHEDULE", schedule))
+            limit = [] if time_limit is None else ["-t", str(time_limit)]
+            out = io.StringIO()
+            started, cpu_started = time.perf_counter(), time.process_time()
+            with contextlib.redirect_stdout(out):
+                ppb(["balance", str(run), "--json", *limit])
+            wall, cpu = time.perf_counter() - started, time.process_time() - cpu_started
+        result = json.loads(out.getvalue())
+        gap = "—" if result.get("gap") is None else f"{result['gap']:.2%}"
+        seconds = (result.get("iteration") or {}).get("seconds")
         print(
-            f"{name:<22} {solution.stopped_by:<10} {time.perf_counter() - started:8.1f} s (CPU {cpu:.1f} s)  "
-            f"iteration {'—' if plan is None else f'{plan.iteration_time * unit_s:.3f} s'}  gap {gap}  "
-            f"rounds {solution.rounds}  choices {solution.choices}",
+            f"{name:<22} {result.get('stopped_by', '—'):<10} {wall:8.1f} s (CPU {cpu:.1f} s)  "
+            f"iteration {'—' if seconds is None else f'{seconds:.3f} s'}  gap {gap}  "
+            f"memory margin {result.get('memory_margin_mb', 0)} MB",
             flush=True,
         )
 

@@ -26,6 +26,7 @@ class Progress:
 
     # start | listing | listing_work | closed_form | exchange | start_plan | probing | bound | round | tie_break
     # | round_search | megatron | setting_start | torchtitan | least_memory | least_memory_search | done
+    # | memory_refit (`fitting`: the plan over the memory model by some MB, solved again)
     phase: str
     message: str
     seconds: float
