@@ -276,6 +276,7 @@ class _Steps:
         print(
             f"  {wall:8.1f} s (CPU {cpu:7.1f} s)  +{wall - self.last[0]:7.1f} s (CPU +{cpu - self.last[1]:6.1f} s)  "
             f"{shown}",
+            file=sys.__stdout__,  # `large` captures the command's stdout (its JSON)
             flush=True,
         )
         self.last = (wall, cpu)

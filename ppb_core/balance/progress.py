@@ -111,7 +111,7 @@ class WorkLimits:
     # checked inside (HighsImplications::separateImpliedBounds, ERGO-Code/HiGHS 73cac48), and past a million
     # nonzeros that ran tens of minutes of one round (1,024 layers at P=64, V=8: the cell program over 9,729 cell
     # choices, 2.25 million nonzeros, its first round's root over 20 minutes); the issue's instances' programs
-    # have under 100,000 (128 layers at P=64: 77,000 with its seed paths)
+    # have under 100,000 (llama2_70b.json at P=16, V=2: 95,586; 128 layers at P=64: 77,000 with its seed paths)
     program_nonzeros: int = 1_000_000
     # the program over cell choices (when the stage listing is cut) lists at most this many cell
     # choices, else it is not built: its nodes grow slow past that (27,687 choices: 20 nodes, ~45 s)
