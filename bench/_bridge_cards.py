@@ -321,13 +321,19 @@ def _qwen3_30b_gb200_functional() -> dict[str, Any]:
     precision-aware optimizer: fp32 moments), TP 1, PP 1, EP 8 on 8 GB200 (DP 8), GBS 512, MBS 4, natural routing,
     TE's FP8 attention (mixed_precision.fp8_dot_product_attention), the combined 1F1B with delay_wgrad_compute,
     the functional checks; its environment puts the 8 ranks in one NVLink domain (USE_MNNVL 1,
-    NUM_OF_HYBRID_EP_RANKS_PER_NVLINK_DOMAIN 8)."""
+    NUM_OF_HYBRID_EP_RANKS_PER_NVLINK_DOMAIN 8). The recipe also sets use_transformer_engine_op_fuser with
+    moe_mlp_glu_interleave_size 32 and its environment NVTE_CUTEDSL_FUSED_GROUPED_MLP=1: the commit's Megatron-Core
+    (6cd6ea530e experts.py `TEGroupedMLP.__init__`) asserts `_is_fused_impl_supported` (TE 2.17, no expert TP, SwiGLU,
+    the variable set) and runs `_fused_forward`, which needs no rank capacity (its split sizes stay on the device;
+    the HybridEP path skips the quantization padding, moe_utils.py `skip_routed_expert_padding`): TE's fused grouped
+    MLP under MXFP8 on sm100, priced as the paged-stash rows price it (`ppb_core.timing.fused_experts`)."""
     label = "Qwen3 30B-A3B MXFP8 EP8 HybridEP EP-overlap FP8 attention natural routing (8 GB200)"
     raw = _qwen3_run(label, QWEN3_30B_A3B, 8, 512, 4, {"ep": 8}, "gb200", a2a_overlap=True, fp8_recipe="mxfp8")
     raw["parallel"]["devices_per_node"] = 8
     raw["training"]["moe"]["router"]["force_balance"] = False
     raw["timing"].update({**_flex("hybridep"), **_te_graphs(*_ROUTER)})
     raw["timing"].update(check_for_nan_in_grad=True, ddp_average_in_collective=True, fp8_dot_product_attention=True)
+    raw["timing"].update(use_transformer_engine_op_fuser=True, moe_mlp_glu_interleave_size=32)
     return {
         "raw": _pinned(raw, "487f56398"),
         "label": label,
@@ -339,8 +345,6 @@ def _qwen3_30b_gb200_functional() -> dict[str, Any]:
         "notes": (
             _NATURAL,
             *_FUNCTIONAL,
-            "TE's op fuser with its CuTe DSL fused grouped MLP (NVTE_CUTEDSL_FUSED_GROUPED_MLP=1, GLU interleave 32) "
-            "priced as TEGroupedMLP's grouped GEMMs and activation",
             "MXFP8's gathered parameters not copied out of the gradient buffer",
             "the layernorm SM margins, HybridEP's combine chunk and the high-priority all-to-all stream (environment "
             "and stream settings) not priced",

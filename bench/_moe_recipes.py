@@ -123,6 +123,9 @@ def _recipe_run(label: str, device: str, gpus: int, ep: int, mbs: int, gbs: int,
         timing.update(matmul_dtype="bf16")
         timing.pop("fp8_recipe")
         raw["training"].pop("fp8_cache")
+    # every recipe's `moe_router_dtype: fp32`: the router's GEMM writes fp32 logits and its backward runs in fp32
+    # (Megatron-LM moe_utils.py `RouterGatingLinearFunction`, the casts of the input and the gradients included)
+    raw["training"]["moe"]["router_dtype"] = "fp32"
     if device == "gb200":
         raw["parallel"]["devices_per_node"] = gpus  # one NVL72 domain
     raw["framework_release"] = dict(_RELEASES)

@@ -65,6 +65,7 @@ from ppb_core.balance.program import choices_within  # noqa: E402
 from ppb_core.balance.progress import Clock  # noqa: E402
 from ppb_core.model.switches import OPTIONS  # noqa: E402
 from ppb_core.payload.sapp import layer_set, read_layer_set  # noqa: E402
+from ppb_core.units import percent_words  # noqa: E402
 
 DSV3_LIKE = [
     {"name": "HEAD", "type": "HEAD", "nb_layer": 1, "time": 0.0041, "backward_time": 0.0102, "memory_parameter": 5385},
@@ -223,7 +224,7 @@ def _line(name: str, mode: str, solution, seconds: float, proven: _ProvenAt, cpu
     simulated = f"{plan.iteration_time:.6g}" if plan else "—"
     objective = f"{solution.objective:.6g}" if solution.objective is not None else "—"
     bound = f"{solution.bound:.6g}" if solution.bound is not None else "—"
-    gap = f"{solution.gap:.4f}" if solution.gap is not None else "—"
+    gap = percent_words(solution.gap) if solution.gap is not None else "—"
     return (
         f"{name:<22} {mode:<12} {solution.stopped_by:<10} {seconds:7.2f}s (CPU {cpu_seconds:.2f}s)  "
         f"objective {objective:<10} "

@@ -108,11 +108,12 @@ RECOMPUTE_CLASS = "recompute (reruns)"
 # behind (`ppb_core.timing.offload.reload_wait_s`, which the iteration adds to each layer's backward).
 RELOAD_CLASS = "offload reloads (waits)"
 # The busiest stage's `compute` beside its layers (`Iteration.compute_parts`): Megatron's get_batch
-# broadcasts over TP (`ppb_core.timing.batch`), delayed scaling's amax all-reduces a model chunk
-# (`ppb_core.timing.fp8_amax`) and, negative, what combined 1F1B steps save.
+# broadcasts over TP (`ppb_core.timing.batch`), delayed scaling's amax all-reduces a model chunk and the host's
+# launches of them (`ppb_core.timing.fp8_amax`) and, negative, what combined 1F1B steps save.
 COMPUTE_PARTS = {
     "batch_broadcast": "get_batch broadcasts",
     "amax_reduction": "FP8 amax reductions",
+    "amax_host": "FP8 amax reductions (host launches)",
     "combined_saving": "combined 1F1B steps (saved)",
 }
 

@@ -40,6 +40,7 @@ def main() -> int:
         raw = card_raw(card)
         zero = copy.deepcopy(raw)
         zero["parallel"].pop("enable_parallel_optimizer")
+        zero["parallel"].pop("embedding_parallel_optimizer", None)  # a word of MindSpore's optimizer parallel
         zero["parallel"]["zero"] = 1 if card.parallel_optimizer and card.dp > 1 else 0
         before, after = worst_stage(zero), worst_stage(raw)
         layout = f"DP{card.dp}" + (f" TP{card.mp}" if card.mp > 1 else "") + (f" PP{card.pp}" if card.pp > 1 else "")

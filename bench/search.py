@@ -34,6 +34,7 @@ from ppb_core.search.enumerate import Strategy, enumerate_strategies  # noqa: E4
 from ppb_core.search.rank import Ranked, SearchResult, evaluate, search  # noqa: E402
 from ppb_core.search.spec import SearchSpec, load_search_spec  # noqa: E402
 from ppb_core.timing.iteration import Iteration, run_iteration  # noqa: E402
+from ppb_core.units import percent_words  # noqa: E402
 
 DEFAULT_SPECS = ("searches/llama3-70b-1024.yaml", "searches/deepseek-v3-2048.yaml")
 # Specs whose batch is set for their own devices (torchtitan's benchmark: local batch 2 on its 128 GPUs).
@@ -141,7 +142,7 @@ def _gap_text(result: SearchResult) -> str:
     gap = result.proven_gap
     if gap is None:
         return ""
-    return f"; proven gap {100 * gap:.1f} % (least bound left {result.unexamined_bound_s:.3f} s)"
+    return f"; proven gap {percent_words(gap)} (least bound left {result.unexamined_bound_s:.3f} s)"
 
 
 def place_among(result: SearchResult, faster: int, seconds: float) -> tuple[str, float]:
@@ -254,7 +255,7 @@ def run_one(spec: SearchSpec, devices: int, args: argparse.Namespace) -> None:
         + (f"; {counts['clock_stopped']} balances stopped by the clock" if counts.get("clock_stopped") else "")
     )
     for place, entry in enumerate(result.ranked[:5], start=1):
-        own = "" if entry.balance_gap is None else f"  balancer gap {100 * entry.balance_gap:4.1f} %"
+        own = "" if entry.balance_gap is None else f"  balancer gap {percent_words(entry.balance_gap)}"
         print(
             f"  {place}. {entry.strategy.label(spec):40s} {entry.tokens_per_second_per_device:8,.0f} tokens/s/dev"
             f"  {entry.seconds:7.3f} s  MFU {100 * entry.mfu:4.1f} %  peak {entry.peak_memory_mb / 1024:5.1f} GiB{own}"

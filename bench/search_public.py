@@ -36,6 +36,7 @@ from ppb_core.search.spec import (  # noqa: E402
     SearchSpec,
     parse_search_spec,
 )
+from ppb_core.units import percent_words  # noqa: E402
 
 # Rows whose search fits this shared 2-core machine (tens of CPU-seconds to a few minutes each).
 DEFAULT_ROWS = (
@@ -151,7 +152,7 @@ def place(row: PublicRun, balanced: int, workers: int | None, ep_overlap: bool =
         "enumerated {enumerated:,}, valid {valid:,}, relaxed {relaxed:,}, balanced {balanced:,}, "
         "pruned {pruned:,}, unexamined {unexamined:,}".format(**counts)
         + f"; {result.to_json(True)['proven']} proven"
-        + ("" if result.proven_gap is None else f", proven gap {100 * result.proven_gap:.1f} %")
+        + ("" if result.proven_gap is None else f", proven gap {percent_words(result.proven_gap)}")
     )
     print(f"  CPU {cpu or float('nan'):.1f} s, wall {wall:.0f} s, load {load_before:.1f} → {os.getloadavg()[0]:.1f}")
     for number, entry in enumerate(result.ranked[:3], start=1):

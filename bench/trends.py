@@ -1,7 +1,8 @@
 """The public runs' signed errors by feature: which settings the misses follow, device by device.
 
     python bench/trends.py [--table] [--within device|group|cell] [--pairs] [--terms] [--where FEATURE=VALUE ...]
-        [--classes] [--overlap] [--dump|--rows FILE]
+        [--classes] [--overlap] [--dump|--rows FILE] [--cells FEATURE[,FEATURE] ...]
+    python bench/trends.py --fp8-pairs [--rows FILE]
 
 Each row of bench/public_runs.py is read back through its run config (`features`): framework, device,
 precision (BF16, or FP8 with its recipe), model size and family, dense or MoE, the parallel sizes (TP, PP, VP,
@@ -30,7 +31,13 @@ prices each row again with every collective beside compute taking all the device
 ~3 minutes more): what ppb's overlap would cost charged in full, a term `--terms` fits as the share of it the
 runs spend beyond ppb's charge (the compute a concurrent collective slows, timing-validation.md, session 33). `--where
 moe=dense` keeps the rows of one value (repeatable); `--rows FILE` reads the rows an earlier run
-dumped (`--dump FILE`) to skip the ~2 minutes of pricing.
+dumped (`--dump FILE`) to skip the ~2 minutes of pricing. `--cells FEATURE[,FEATURE]` (repeatable)
+prints, in place of the trends, the rows' signed errors by the cells of one feature or two crossed (`cells`:
+rows, mean signed and absolute error, rows under, range), the machine line first, e.g. a group's errors by
+device and model with `--where "group=NeMo archive 25.09 / 26.02 / 26.02.01 / 26.06" --cells device,model`.
+`--fp8-pairs` prints the machine, then every FP8 row
+beside its BF16 twin (the same model, device, parallel layout and release; `fp8_pairs`): the published FP8/BF16 time
+ratio beside ppb's, what FP8 is worth in the runs and in ppb; it prices only the rows that have a twin.
 Nothing here prices anything: it reads the rows and ppb's iteration as they are.
 """
 
@@ -51,6 +58,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
+from _measure import machine  # noqa: E402
 from decompose import RECOMPUTE_CLASS, decompose_run, layer_hosts  # noqa: E402
 from public_runs import GROUPS, PublicRun, config, public_runs, row_iteration  # noqa: E402
 
@@ -96,6 +104,14 @@ def recompute(run: RunConfig) -> str:
     return "+".join(on) if on else "none"
 
 
+def model(spec: Any) -> str:
+    """The model in a word, by its shape (a spec holds no name): family, hidden size x layers, and routed experts
+    where it has any, e.g. "generic 2048x48 128e" (Qwen3 30B-A3B)."""
+    shape = f"{getattr(spec, 'family', 'vision')} {spec.hidden_size}x{spec.num_layers}"
+    experts = getattr(spec, "num_experts", 0)
+    return f"{shape} {experts}e" if experts else shape
+
+
 def sharding(run: RunConfig) -> str:
     """How the data-parallel ranks shard: fsdp (its implementation) or zero-N."""
     par = run.parallel
@@ -104,8 +120,8 @@ def sharding(run: RunConfig) -> str:
     return f"zero{par.zero}"
 
 
-def features(row: PublicRun, run: RunConfig, iteration: Iteration) -> dict[str, Any]:
-    """The row's settings that might set its error, and ppb's shares of its iteration."""
+def settings(row: PublicRun, run: RunConfig) -> dict[str, Any]:
+    """The row's settings that might set its error, read from its run config alone (nothing priced)."""
     spec = next(iter(run.specs.values()))
     par, training = run.parallel, run.training
     gpus = par.dp * par.tp * par.pp * par.cp
@@ -117,6 +133,7 @@ def features(row: PublicRun, run: RunConfig, iteration: Iteration) -> dict[str, 
         "cell": f"{run.device.name or 'custom'} / {group_of(row.source)}",
         "precision": precision(run),
         "family": getattr(spec, "family", "vision"),
+        "model": model(spec),
         "moe": "moe" if getattr(spec, "num_experts", 0) else "dense",
         "hidden": spec.hidden_size,
         "hidden_per_tp": spec.hidden_size // par.tp,
@@ -145,6 +162,15 @@ def features(row: PublicRun, run: RunConfig, iteration: Iteration) -> dict[str, 
         "nodes": math.ceil(gpus / par.devices_per_node),
         "release": run.framework_release.megatron_core or "-",
     }
+    return found
+
+
+def features(row: PublicRun, run: RunConfig, iteration: Iteration) -> dict[str, Any]:
+    """The row's settings (`settings`) and ppb's shares of its iteration."""
+    spec = next(iter(run.specs.values()))
+    par, training = run.parallel, run.training
+    m = training.micro_batches
+    found = settings(row, run)
     for name in SHARES:
         found[f"share_{name}"] = iteration.breakdown.get(name, 0.0) / iteration.seconds
     found["share_host_wait"] = iteration.host_wait_seconds / iteration.seconds
@@ -326,6 +352,7 @@ FEATURES = (
     "framework",
     "precision",
     "family",
+    "model",
     "moe",
     "hidden",
     "hidden_per_tp",
@@ -399,6 +426,27 @@ def print_trends(rows: Sequence[dict[str, Any]], within: str) -> None:
         print(f"{name:22s} {said}  {cells}")
 
 
+def cells(rows: Sequence[dict[str, Any]], names: Sequence[str]) -> list[tuple[tuple[str, ...], list[float]]]:
+    """The rows' signed errors by the cells of the features *names* (one, or two crossed): each cell's values (as
+    the table prints them) and its rows' errors, cells in order of their values."""
+    found: dict[tuple[str, ...], list[float]] = defaultdict(list)
+    for row in rows:
+        found[tuple(str(row[name]) for name in names)].append(row["error"])
+    return sorted(found.items())
+
+
+def print_cells(rows: Sequence[dict[str, Any]], names: Sequence[str]) -> None:
+    """`cells` as a table: rows, mean signed and absolute error, rows under (ppb fast), range; all rows last."""
+    width = max(20, *(len(" / ".join(values)) for values, _ in cells(rows, names)))
+    print(f"{' / '.join(names):{width}s}  rows  signed  absolute  under    range")
+    for values, errors in [*cells(rows, names), (("all",), [row["error"] for row in rows])]:
+        under = sum(1 for e in errors if e < 0)
+        print(
+            f"{' / '.join(values):{width}s} {len(errors):5d} {statistics.fmean(errors):+7.1%} "
+            f"{statistics.fmean(abs(e) for e in errors):8.1%} {under:6d}  {min(errors):+6.1%} .. {max(errors):+6.1%}"
+        )
+
+
 # A pair is two rows of one model (these equal) whose settings (`PAIR_SETTINGS`) differ in one or two.
 PAIR_MODEL = ("framework", "device", "family", "moe", "hidden", "layers")
 PAIR_SETTINGS = (
@@ -470,6 +518,72 @@ def pair_gaps(rows: Sequence[dict[str, Any]]) -> dict[str, list[float]]:
     for apart, _, _, measured, ours in pairs(rows, most=1):
         found[apart[0]].append(ours / measured - 1)
     return dict(sorted(found.items()))
+
+
+# An FP8 row's BF16 twin: one source's table (its group), the same model, device, parallel layout and release
+# (`PAIR_MODEL`, `PAIR_SETTINGS`), only the GEMMs' precision apart (`--fp8-pairs`)
+TWIN_KEY = ("group", *(k for k in (*PAIR_MODEL, *PAIR_SETTINGS) if k != "precision"))
+
+
+def is_fp8(found: dict[str, Any]) -> bool:
+    return str(found["precision"]).startswith("fp8")
+
+
+def twin_rows(rows: Sequence[PublicRun]) -> list[PublicRun]:
+    """The rows that have a twin of the other precision (BF16 beside FP8 of any recipe), read from their run
+    configs alone: `--fp8-pairs` prices only these."""
+    keyed: dict[tuple, list[tuple[PublicRun, bool]]] = defaultdict(list)
+    for row in rows:
+        found = settings(row, config(row))
+        if found["precision"] == "bf16" or is_fp8(found):
+            keyed[tuple(found[k] for k in TWIN_KEY)].append((row, is_fp8(found)))
+    kept = [group for group in keyed.values() if len({fp8 for _, fp8 in group}) == 2]
+    return [row for group in kept for row, _ in group]
+
+
+def fp8_pairs(rows: Sequence[dict[str, Any]]) -> list[tuple[dict, dict, float, float]]:
+    """(BF16 row, FP8 row, measured FP8/BF16 seconds, ppb's FP8/BF16 seconds) of every two collected rows of one
+    group one precision apart, the rest of the row the same (`pairs` with the precision alone apart; the same GPUs
+    and tokens, so GPU-seconds a token are the seconds)."""
+    found = []
+    for apart, a, b, measured, ours in pairs(rows, most=1):
+        if apart != ["precision"] or is_fp8(a) == is_fp8(b) or a["group"] != b["group"]:
+            continue
+        if is_fp8(a):  # BF16 first
+            a, b, measured, ours = b, a, 1 / measured, 1 / ours
+        if a["precision"] == "bf16":
+            found.append((a, b, measured, ours))
+    return sorted(found, key=lambda p: (p[0]["name"], p[1]["name"]))
+
+
+def print_fp8_pairs(rows: Sequence[dict[str, Any]]) -> None:
+    """Each FP8 row beside its BF16 twin: both published and ppb seconds, both errors, the measured FP8/BF16
+    ratio and ppb's, ppb's over the measured one (below zero: ppb credits FP8 with more than the runs show), and
+    ppb's host launch time over GPU work of the busiest stage's layers in both (`host_per_gpu`)."""
+    found = fp8_pairs(rows)
+    print(
+        f"{'BF16 row (its FP8 twin: the same settings)':62s} {'bf16 s':>7s} {'fp8 s':>7s} {'err bf16':>8s} "
+        f"{'err fp8':>8s} {'meas':>6s} {'ppb':>6s} {'ppb/meas':>8s} {'host/gpu':>9s}"
+    )
+    for a, b, measured, ours in found:
+        print(
+            f"{a['name'][:62]:62s} {a['published_s']:7.3f} {b['published_s']:7.3f} {a['error']:+8.1%} "
+            f"{b['error']:+8.1%} {measured:6.3f} {ours:6.3f} {ours / measured - 1:+8.1%} "
+            f"{a['host_per_gpu']:4.2f}/{b['host_per_gpu']:4.2f}"
+        )
+        print(f"  FP8 twin: {b['name'][:100]}")
+    if not found:
+        print("  no FP8 row has a BF16 twin among these rows")
+        return
+    gaps = [ours / measured - 1 for _, _, measured, ours in found]
+    bf16_error = statistics.fmean(a["error"] for a, *_ in found)
+    fp8_error = statistics.fmean(b["error"] for _, b, *_ in found)
+    print(
+        f"{len(found)} pairs: FP8/BF16 measured {statistics.fmean(m for *_, m, _ in found):.3f}, ppb "
+        f"{statistics.fmean(o for *_, o in found):.3f}; ppb over measured mean {statistics.fmean(gaps):+.1%} "
+        f"(sd {statistics.pstdev(gaps):.1%}, {min(gaps):+.1%} .. {max(gaps):+.1%}); mean error BF16 "
+        f"{bf16_error:+.1%}, FP8 {fp8_error:+.1%}"
+    )
 
 
 # A term ppb might miss or price too cheaply (`term_fit`): its name, the unit of its coefficient, and its seconds
@@ -569,10 +683,13 @@ def main(argv: list[str]) -> int:
         print(f"bench/trends.py: --within {within}: one of {', '.join(WITHIN)}", file=sys.stderr)
         return 2
     dumped = option(argv, "--rows")
+    if "--fp8-pairs" in argv:
+        print(f"machine: {machine()}")
+    priced = twin_rows(public_runs()) if "--fp8-pairs" in argv and not dumped else None
     rows = (
         json.loads(Path(dumped).read_text())
         if dumped
-        else collect(classes="--classes" in argv, overlap="--overlap" in argv)
+        else collect(priced, classes="--classes" in argv, overlap="--overlap" in argv)
     )
     if dump := option(argv, "--dump"):
         Path(dump).write_text(json.dumps(rows, indent=1))
@@ -580,12 +697,27 @@ def main(argv: list[str]) -> int:
     if not rows:
         print("bench/trends.py: --where keeps no row", file=sys.stderr)
         return 2
+    if tables := [argv[k + 1].split(",") for k, word in enumerate(argv) if word == "--cells"]:
+        unknown = sorted({name for names in tables for name in names if name not in rows[0]})
+        if unknown or any(len(names) > 2 for names in tables):
+            said = f"{', '.join(unknown)}: not a feature" if unknown else "one feature or two, comma-separated"
+            print(f"bench/trends.py: --cells: {said}", file=sys.stderr)
+            return 2
+        print(f"machine: {machine()}")
+        print(f"{len(rows)} rows; error: ppb's seconds over the published ones, minus one")
+        for names in tables:
+            print()
+            print_cells(rows, names)
+        return 0
     if "--table" in argv:
         print_table(rows)
         print()
     if "--pairs" in argv:
         print_pairs(rows)
         print()
+    if "--fp8-pairs" in argv:
+        print_fp8_pairs(rows)
+        return 0
     if "--terms" in argv:
         print_terms(rows, within)
         print()

@@ -25,6 +25,14 @@ def counted(count: int, word: str, words: str | None = None) -> str:
     return f"{count:,} {word if count == 1 else (words or word + 's')}"
 
 
+def percent_words(fraction: float) -> str:
+    """A fraction as a person reads it: a percentage to two decimals, no space before the sign (`3.35%`);
+    one above 0 that rounds to nothing is `<0.01%`, so a gap left open never reads as closed."""
+    if 0 < fraction < 0.00005:
+        return "<0.01%"
+    return f"{100 * fraction:.2f}%"
+
+
 class TimedNote(str):
     """A solver note (a plain string, its times in the balancer's descriptions' unit, `choice_model.time_unit`)
     that can say its times in seconds: `template` holds one `{}` per time of `times`. A run config's result

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from ppb_core.balance.result import stopped_words
+from ppb_core.balance.stopped import stopped_words
 from ppb_core.cli.balance import _no_plan
 from ppb_core.cli.main import main
 
@@ -176,10 +176,10 @@ def test_a_search_stopped_before_any_plan_is_refused_naming_what_to_raise(
 def test_a_proven_objective_whose_tie_break_the_clock_cut_is_said_proven() -> None:
     """`ppb balance -t 60 configs/deepseek-v3-report.yaml` printed "status optimal ... gap 0 ...: stopped by the
     time limit: the best plan found so far": the objective was proven, only the tie-break was cut."""
-    cut = stopped_words({"status": "optimal", "stopped_by": "time_limit"})
+    cut = stopped_words("time_limit", "optimal")
     assert cut.startswith("proven optimal; the time limit cut the choice among equally fast plans")
-    assert stopped_words({"status": "time_limit", "stopped_by": "time_limit"}).startswith("stopped by the time limit")
-    assert stopped_words({"status": "optimal", "stopped_by": "optimal"}) == "proven optimal"
+    assert stopped_words("time_limit", "time_limit").startswith("stopped by the time limit")
+    assert stopped_words("optimal", "optimal") == "proven optimal"
 
 
 def test_a_cell_of_no_layer_is_said_beside_the_mindformers_yaml(

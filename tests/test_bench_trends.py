@@ -135,6 +135,34 @@ def test_megatron_bridge_s_a_b_is_a_pair_apart_in_the_combined_1f1b_alone(bench)
     assert measured == pytest.approx(20.99203 / 24.7138)
 
 
+def test_an_fp8_row_pairs_with_its_bf16_twin_of_the_same_group(bench):
+    # bf16 10 s measured, 9 s ppb; fp8 7 s measured, 6 s ppb: FP8/BF16 measured 0.7, ppb 6/9 = 0.6667, ppb over
+    # measured 0.6667 / 0.7 − 1 = −4.76%. The FP8 row comes first in the list: the pair is still BF16 first. The
+    # same FP8 settings in another group (another source's table) pair with nothing; an MXFP8 row is the BF16 row's
+    # twin too (7.5 / 10 measured), but not the FP8 one's (two FP8 recipes apart).
+    fp8 = _row("fp8", 7.0, 6.0, precision="fp8-delayed", group="g")
+    bf16 = _row("bf16", 10.0, 9.0, precision="bf16", group="g")
+    elsewhere = _row("elsewhere", 7.0, 6.0, precision="fp8-delayed", group="h")
+    mxfp8 = _row("mxfp8", 7.5, 6.0, precision="fp8-mxfp8", group="g")
+    found = bench.fp8_pairs([fp8, bf16, elsewhere, mxfp8])
+    assert [(a["name"], b["name"]) for a, b, _, _ in found] == [("bf16", "fp8"), ("bf16", "mxfp8")]
+    assert found[1][2] == pytest.approx(0.75)
+    first, second, measured, ours = found[0]
+    assert (first["name"], second["name"]) == ("bf16", "fp8")
+    assert measured == pytest.approx(0.7) and ours == pytest.approx(6 / 9)
+    assert ours / measured - 1 == pytest.approx(-0.0476, abs=1e-4)
+
+
+def test_the_dgxc_tables_give_every_fp8_row_its_bf16_twin_unpriced(bench):
+    # bench/_dgxc.py: each NeMo 1 table (8B, 70B, 405B, 175B at v24.11.1 and v25.02.02) has a BF16 and an FP8 row of
+    # one recipe: 16 rows; v25.04.02's 70B FP8 runs PP8 without CP where its BF16 runs PP4 CP2: no twin
+    runs = [r for r in bench.public_runs() if r.name.startswith(("dgxc v24.11.1", "dgxc v25.02.02", "dgxc v25.04.02"))]
+    names = {r.name for r in bench.twin_rows(runs)}
+    assert len([n for n in names if not n.startswith("dgxc v25.04.02")]) == 16
+    assert not any("70B" in n for n in names if n.startswith("dgxc v25.04.02"))
+    assert "dgxc v25.04.02 25.02.01 Llama 3.1 8B CP2 FP8 (8 H100)" in names
+
+
 def test_term_fit_by_hand(bench):
     # One cell, published 1 s each, so ppb/published = ppb, the miss 1 − ppb, the term over published = t:
     # rows (ppb, t, miss) (1.0, 0, 0), (1.0, 0.1, 0), (0.8, 0.1, 0.2).
@@ -264,3 +292,51 @@ def test_host_per_gpu_is_zero_outside_megatron(bench):
     # torchtitan's rows carry no launch count (ppb prices no host for them)
     row = next(r for r in bench.public_runs() if r.name.startswith("torchtitan Llama 3.1 8B FSDP (8 H100)"))
     assert bench.collect([row])[0]["host_per_gpu"] == 0.0
+
+
+def test_cells_by_one_feature_and_two_crossed(bench):
+    rows = [
+        {"device": "b200", "moe": "dense", "error": -0.10},
+        {"device": "b200", "moe": "moe", "error": -0.30},
+        {"device": "h100", "moe": "dense", "error": 0.04},
+        {"device": "b200", "moe": "dense", "error": -0.20},
+    ]
+    # by device: b200 holds rows 1, 2, 4 (−0.10, −0.30, −0.20), h100 row 3 (+0.04), in order of the values
+    assert [(values, errors) for values, errors in bench.cells(rows, ["device"])] == [
+        (("b200",), [-0.10, -0.30, -0.20]),
+        (("h100",), [0.04]),
+    ]
+    # crossed with moe: b200 dense (−0.10, −0.20), b200 moe (−0.30), h100 dense (+0.04)
+    assert [values for values, _ in bench.cells(rows, ["device", "moe"])] == [
+        ("b200", "dense"),
+        ("b200", "moe"),
+        ("h100", "dense"),
+    ]
+
+
+def test_the_cells_table_prints_means_and_rows_under(bench, capsys):
+    rows = [{"device": "b200", "error": -0.10}, {"device": "b200", "error": 0.02}, {"device": "h100", "error": -0.30}]
+    bench.print_cells(rows, ["device"])
+    lines = capsys.readouterr().out.splitlines()
+    # b200: mean (−0.10 + 0.02) / 2 = −4.0%, absolute (0.10 + 0.02) / 2 = 6.0%, one under, −10.0 .. +2.0%;
+    # all: (−0.10 + 0.02 − 0.30) / 3 = −12.7%, absolute 0.42 / 3 = 14.0%, two under
+    assert lines[1].split() == ["b200", "2", "-4.0%", "6.0%", "1", "-10.0%", "..", "+2.0%"]
+    assert lines[3].split() == ["all", "3", "-12.7%", "14.0%", "2", "-30.0%", "..", "+2.0%"]
+
+
+def test_a_model_is_its_family_shape_and_experts(bench):
+    class Spec:
+        family, hidden_size, num_layers, num_experts = "generic", 2048, 48, 128
+
+    class Dense:
+        family, hidden_size, num_layers = "generic", 16384, 126
+
+    assert bench.model(Spec()) == "generic 2048x48 128e"
+    assert bench.model(Dense()) == "generic 16384x126"
+
+
+def test_cells_refuses_an_unknown_feature(bench, tmp_path, capsys):
+    dumped = tmp_path / "rows.json"
+    dumped.write_text('[{"device": "b200", "error": -0.1}]')
+    assert bench.main(["--rows", str(dumped), "--cells", "device,colour"]) == 2
+    assert capsys.readouterr().err.strip() == "bench/trends.py: --cells: colour: not a feature"

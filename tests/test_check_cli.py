@@ -376,6 +376,11 @@ def test_megatron_flags_for_a_run_megatron_cannot_say_are_refused(
             "offset: [0, 0, 0, 0]\nparallel_config: {use_seq_parallel: False}\n",
             "parallel_config.use_seq_parallel: false, the run config has sequence_parallel True",
         ),
+        # MindFormers' vocab_emb_dp True runs the output head whole on each of the tp 2 ranks: another run
+        (
+            "offset: [0, 0, 0, 0]\nparallel_config: {vocab_emb_dp: True}\n",
+            "parallel_config.vocab_emb_dp: true, the run config has vocab_emb_dp False",
+        ),
         (
             "model: {model_config: {offset: [0, 0, 0, 0], seq_length: 4096}}\n",
             "model.model_config.seq_length: 4096, the run config has seq_length 8192",

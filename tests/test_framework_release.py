@@ -100,6 +100,10 @@ def _released(run, **release: str):
         ("transformer_engine", "v2.3", "te_cp2_p2p_batched_before_sm100", False),
         ("transformer_engine", "2025-04-29", "te_cp2_p2p_batched_before_sm100", True),
         ("transformer_engine", "2.7.0", "te_cp2_p2p_batched_before_sm100", True),
+        # git tag --contains 0f058666a8 (2025-06-14, RouterGatingLinearFunction): core_v0.13.0rc0 on
+        ("megatron_core", "core_r0.12.0", "mcore_router_te_gemm", False),
+        ("megatron_core", "2025-06-13", "mcore_router_te_gemm", False),
+        ("megatron_core", "core_v0.13.0", "mcore_router_te_gemm", True),
     ],
 )
 def test_a_release_holds_a_change_from_its_commit_or_first_release(library, value, change, holds):

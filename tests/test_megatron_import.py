@@ -386,8 +386,18 @@ def test_the_command_writes_a_run_config_other_commands_read(tmp_path, capsys) -
     assert main(["import", "megatron", str(script), "--gpus", "8", "--device", "h100-80gb", "-o", str(out)]) == 0
     captured = capsys.readouterr()
     unmodelled = "ppb: note: --te-precision-config-file p.yaml: not modelled by ppb (priced as if not given)"
-    assert captured.err.strip().splitlines() == [unmodelled]
+    # the run config holds `device.reserved_mb: auto`, said on stderr: dp 2, tp 2, pp 2 on 8 H100, tied
+    # embeddings, no distributed optimizer: communicators world 8 (688 MB) and tp·pp 4 (688, Float16Optimizer's
+    # gradient norm), tp, dp·cp, pp, embedding pairs (544 each)
+    # = 3,552; NVLS tp 2 and dp·cp 2 in the node, 16·2 MiB·2 each = 128; the pipeline's one neighbour in the
+    # node (4.34 − 1.06) GB / 7 = 446.9 MB; the CUDA context 300 -> 4,426.9, 4,427 whole
+    # (ppb_core.config.runtime_reserve; tests/test_runtime_reserve.py)
+    held = "ppb: held back 4,427 MB for the runtime (device.reserved_mb auto): CUDA context 300 MB"
+    lines = captured.err.strip().splitlines()
+    assert lines[0] == unmodelled and lines[1].startswith(held) and len(lines) == 2
+    assert yaml.safe_load(out.read_text())["device"] == {"name": "h100-80gb", "reserved_mb": "auto"}
     run = load_run_config(out)
+    assert run.device.reserved == 4427
     assert (run.name, run.parallel.dp, run.training.micro_batches) == ("train", 2, 4)
     assert run.timing.bias_gelu_fusion is False
     assert yaml.safe_load(out.read_text())["memory"] == {"cublas_workspace_config": ":4096:8"}
@@ -930,3 +940,31 @@ def test_expert_groups_without_a_group_top_k_are_not_refused() -> None:
         run_config_of(import_megatron(MOE_MLA.replace("num-groups 4", "num-groups 3"), 8, "h100-80gb"), "launch")
     assert caught.value.field == "--moe-router-num-groups"
     assert "expert_groups 3 does not divide num_experts 32" in caught.value.problem
+
+
+def test_a_vocab_size_the_tokenizer_does_not_read_is_said(tmp_path, capsys) -> None:
+    """d98e8a64 build_tokenizer.py hands `--vocab-size` to NullTokenizer and TikTokenizer only; with pad_vocab_size
+    on (the default) `_set_padded_vocab_size` pads the tokenizer's own size, which `gpt_config_from_args` takes as
+    the model's. So under pretrain_gpt.py's GPT-2 BPE a `--vocab-size 32000` sizes nothing: 50257 entries, padded
+    to ⌈50257 / 128⌉ · 128 = 393 · 128 = 50304 at TP 1. It was dropped in silence ("0 flags not modelled")."""
+    imported = import_megatron(f"{BASE} --vocab-size 32000", 8, "h100-80gb")
+    assert imported.raw["models"][0]["spec"]["vocab_size"] == 50257
+    assert run_config_of(imported, "case").vocab_size("gpt") == 50304
+    assert [note.split(":")[0] for note in imported.notes] == ["--vocab-size 32000"]
+    assert "GPT2BPETokenizer does not read it" in imported.notes[0]
+    # NullTokenizer reads it: no note, the size is the flag's (32000 = 250 · 128, padded to itself)
+    null = import_megatron(f"{BASE} --tokenizer-type NullTokenizer --vocab-size 32000", 8, "h100-80gb")
+    assert null.raw["models"][0]["spec"]["vocab_size"] == 32000 and null.notes == []
+    # a file tokenizer with its file elsewhere: the refusal says the --vocab-size given does not stand in for it
+    with pytest.raises(InputError) as caught:
+        import_megatron(
+            f"{BASE} --vocab-size 32000 --tokenizer-type HuggingFaceTokenizer --tokenizer-model meta-llama/x",
+            8,
+            "h100-80gb",
+        )
+    assert caught.value.field == "--tokenizer-model"
+    assert "Megatron-LM does not read --vocab-size 32000 for it" in caught.value.line()
+    out = tmp_path / "run.yaml"
+    argv = ["import", "megatron", f"{BASE} --vocab-size 32000", "--gpus", "8", "--device", "h100-80gb", "-o", str(out)]
+    assert main(argv) == 0
+    assert capsys.readouterr().out.strip() == f"wrote {out} (1 flag not modelled)"

@@ -33,12 +33,14 @@ SPEC = {
 N, K, FACTOR, H, BC = 1024, 2, 2.0, 512, 2
 
 
-def moe_ops(framework: str = "mindformers", sp: bool = False, jit_level: str | None = "O1", **timing) -> dict:
+def moe_ops(
+    framework: str = "mindformers", sp: bool = False, jit_level: str | None = "O1", tp: int = 4, **timing
+) -> dict:
     raw = {
         "name": "x",
         "framework": framework,
         "models": [{"name": "llm", "spec": SPEC}],
-        "parallel": {"dp": 4, "tp": 4, "ep": 4, "sequence_parallel": sp},
+        "parallel": {"dp": 4, "tp": tp, "ep": 4, "sequence_parallel": sp},
         "training": {
             "seq_length": N,
             "micro_batch_size": 1,
@@ -95,6 +97,22 @@ def test_dispatch_and_combine_passes_read_and_write_the_whole_micro_batch():
     assert ops["unpermute"].bytes == pytest.approx(fused, rel=1e-12)
     assert ops["unpermute"].backward_bytes == ops["unpermute"].bytes
     assert moe_ops(jit_level=None)["unpermute"].bytes == pytest.approx(fused + 2 * N * K * H * BC, rel=1e-12)
+
+
+def test_at_model_parallel_1_moev2_runs_its_own_dispatch_and_combine():
+    """mp 1 runs the same MoEV2 code (moe.py `MoEV2.construct`, `TopkRouterV2.dispatch` / `combine`, 2388c729a and
+    a4dfb8219): capacity ⌈2 · 1024 · 2.0 / 8⌉ = 512 slots an expert (a multiple of mp 1), 2.0 over the fair share
+    k·N/E = 256, so C = N·k·2 = 4096 slots; the dispatch pass (2N + 2C)·h·bc = (2048 + 8192) · 1024 = 10,485,760
+    bytes, where the Megatron permute ppb took before read and wrote the N·k = 2048 copies: 2 · 2048 · 1024 =
+    4,194,304; the all-to-all the rank's C slots either way, 4096 · 512 · 2 = 4,194,304 bytes; the combine (2C + 3N·k
+    + N)·h·bc = (8192 + 6144 + 1024) · 1024 = 15,728,640 bytes under O1; nothing over mp."""
+    ops = moe_ops(tp=1)
+    assert ops["permute"].bytes == ops["permute"].backward_bytes == 10_485_760
+    assert ops["unpermute"].bytes == ops["unpermute"].backward_bytes == 15_728_640
+    assert ops["dispatch"].forward_comm.payload_bytes == ops["combine"].forward_comm.payload_bytes == 4_194_304
+    assert not {"reduce_experts", "reduce_experts_grad", "gather_experts"} & set(ops)
+    # use_seq_parallel at mp 1 changes nothing (`_ffn_forward_sq` with mp 1 makes the same single all-to-all)
+    assert moe_ops(tp=1, sp=True)["permute"].bytes == 10_485_760
 
 
 def test_sequence_parallel_and_megatron_keep_the_split_tokens():

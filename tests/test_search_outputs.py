@@ -365,3 +365,5 @@ def test_a_mindformers_file_says_the_context_parallel_algorithm_and_the_interlea
     assert settings["parallel_config"].get("context_parallel_algo") == algo
     assert settings["parallel"].get("pipeline_config") == pipeline
     assert settings["parallel"]["enable_parallel_optimizer"] is True  # ZeRO-1: MindFormers' parallel optimizer
+    # the vocabulary-parallel tables ppb priced, against MindFormers' default vocab_emb_dp True
+    assert settings["parallel_config"]["vocab_emb_dp"] is False

@@ -244,3 +244,26 @@ def test_the_kinds_a_calibration_leaves_out_are_named_with_the_global_factors(tm
     ]
     assert said["rows"] == 2 and said["max_residual_ms"] < 1e-9
     assert "at the global factors (forward ×" in time_line(said)
+
+
+def test_a_recompute_measured_faster_than_the_plain_backward_is_refused(tmp_path, llama):
+    """A FULL backward of 7.5 ms under the NONE row's 8.0 ms gave the kind a recompute factor of
+    (7.5 − 8.0) / modelled recompute < 0, and through the global factor every kind not measured recomputed in
+    negative time (`ppb estimate` printed "recompute ×-0.121"). Refused in one line naming the file, both rows."""
+    path = write(tmp_path, "llm,BODY,dense,NONE,4.0,8.0", "llm,BODY,dense,FULL,4.1,7.5", name="bad.csv")
+    with pytest.raises(InputError) as err:
+        TimeModel(llama, calibration=path)
+    assert err.value.line() == (
+        f"{path}: line 3: backward_ms: 7.5 ms for llm BODY dense FULL is below line 2's NONE backward (8 ms): a "
+        "recompute runs the plain backward and more, never less (measure both again, or check each row's option)"
+    )
+    # equal is a recompute that costs nothing: a factor of 0, accepted, and reproduced
+    equal = TimeModel(llama, calibration=write(tmp_path, "llm,BODY,dense,NONE,4.0,8.0", "llm,BODY,dense,FULL,4.1,8.0"))
+    assert equal.option_times(layer_of(llama, "BODY"))["FULL"] == pytest.approx((4.1, 8.0), rel=1e-12)
+    # without a NONE row the plain backward is the global factor's: the TAIL's 20.0 / modelled; a FULL row under it
+    # would recompute in negative time, so the kind's NONE row is asked for
+    tail = TimeModel(llama).layer_times(layer_of(llama, "TAIL"), LayerType.OUTPUT_LAYER)[1]
+    plain = TimeModel(llama).parts(layer_of(llama, "BODY"), LayerType.NOT_REC_LAYER).backward_ms * 20.0 / tail
+    rows = ("llm,TAIL,output,NONE,12.0,20.0", f"llm,BODY,dense,FULL,5.0,{plain * 0.9:.4f}")
+    with pytest.raises(InputError, match=r"line 3: backward_ms: .* below the plain backward the global factor"):
+        TimeModel(llama, calibration=write(tmp_path, *rows))

@@ -8,8 +8,18 @@ from __future__ import annotations
 import pytest
 from test_memory_runs import DENSE, make_run
 
+from ppb_core.config.run import parse_run_config
 from ppb_core.timing.comm import Links
-from ppb_core.timing.fp8_amax import amax_group, amax_reduction_seconds, delayed_amax_reductions, in_node_all_reduce_s
+from ppb_core.timing.fp8_amax import (
+    REDUCTION_LAUNCHES,
+    amax_buffers,
+    amax_group,
+    amax_reduction_launches,
+    amax_reduction_seconds,
+    delayed_amax_reductions,
+    host_added_s,
+    in_node_all_reduce_s,
+)
 from ppb_core.timing.iteration import run_iteration
 
 FP8 = {"matmul_dtype": "fp8", "fp8_recipe": "delayed"}
@@ -95,3 +105,56 @@ def test_deepseek_s_own_recipe_reduces_none():
         timing=FP8,
     )
     assert not delayed_amax_reductions(run)
+
+
+def _params_run(release: str, param_gather: bool = True):
+    """tp 2 · dp 4 under the distributed optimizer, FP8 parameters gathered or not, on TE *release*."""
+    raw = _run({"tp": 2, "dp": 4, "world_size": 8, "zero": 1}, {"fp8_param_gather": param_gather})
+    raw = raw.model_dump(mode="json", exclude_none=True) | {"framework_release": {"transformer_engine": release}}
+    return parse_run_config(raw)
+
+
+def test_te_before_1_13_reduces_fp8_parameters_apart_from_the_attention():
+    # TE v1.10 fp8.py `get_key_in_buffer`: f"{fwd_bwd_key}_{fp8_weights}_{autocast_key}": under FP8 parameters the
+    # linears' buffer (fp8_weights True) and TE DotProductAttention's (no parameters: None) are two keys, each
+    # concatenated, all-reduced and updated; 28aa41a3f (#1326, v1.13) keys by direction and autocast alone
+    old, new = _params_run("1.10"), _params_run("1.13")
+    assert (amax_buffers(old), amax_buffers(new)) == (2, 1)
+    assert amax_buffers(_params_run("1.10", param_gather=False)) == 1  # no Float8Tensor weights: one key
+    # tp 2 · dp 4 = 8 ranks in one node: nccl-tests' 15.59 µs a buffer
+    assert amax_reduction_seconds(old, Links.from_run(old)) == pytest.approx(2 * 15.59e-6, rel=1e-9)
+    assert amax_reduction_seconds(new, Links.from_run(new)) == pytest.approx(15.59e-6, rel=1e-9)
+    # the host: torch.cat (a plain op, 0.4 of a launch), the NCCL all-reduce, the fused update a buffer
+    assert round(REDUCTION_LAUNCHES, 9) == 2.4
+    assert amax_reduction_launches(old) == pytest.approx(4.8)
+    assert amax_reduction_launches(new) == pytest.approx(2.4)
+    # a group of one skips the all-reduce (`get_world_size(group) > 1`), not the concatenation and update
+    alone = _run({"world_size": 1})
+    assert amax_reduction_launches(alone) == pytest.approx(1.4)
+    assert amax_reduction_launches(_run({"tp": 2, "dp": 4, "world_size": 8}, {"fp8_recipe": "tensorwise"})) == 0.0
+
+
+def test_the_host_s_reduction_launches_cost_what_the_layer_leaves_uncovered():
+    # 200 us of launches, 20 us of all-reduce: a host already behind (launches 1.0 ms against 0.8 ms of GPU work)
+    # shows 200 − 20 = 180 us; one 100 us ahead (0.8 against 0.9) 200 − 20 − 100 = 80; 300 us ahead none
+    assert host_added_s(1.0e-3, 0.8e-3, 200e-6, 20e-6) == pytest.approx(180e-6)
+    assert host_added_s(0.8e-3, 0.9e-3, 200e-6, 20e-6) == pytest.approx(80e-6)
+    assert host_added_s(0.8e-3, 1.1e-3, 200e-6, 20e-6) == 0.0
+
+
+def test_the_iteration_adds_the_reduction_launches_where_the_host_is_behind():
+    # DENSE at 64 tokens: each layer's GPU work is microseconds against ~20 launches of 80.9 us (DGX H100), so
+    # the host is behind in every pass and each reduction adds its launches less its all-reduce: (2.4 · 80.9 −
+    # 9.46) us = 184.70 us, twice a chunk a micro-batch: 8 micro-batches · 2 chunks · 2 · 184.70 us = 5.9104 ms
+    run = _run({"tp": 2, "pp": 2, "vpp": 2, "schedule": "interleaved", "dp": 2, "world_size": 8})
+    iteration = run_iteration(run)
+    assert iteration.compute_parts["amax_host"] == pytest.approx(8 * 2 * 2 * (2.4 * 80.9 - 9.46) * 1e-6, rel=1e-9)
+    # they are waits for the host too
+    assert iteration.host_wait_seconds >= iteration.compute_parts["amax_host"]
+    # BF16 launches none
+    plain = run_iteration(
+        _run(
+            {"tp": 2, "pp": 2, "vpp": 2, "schedule": "interleaved", "dp": 2, "world_size": 8}, {"matmul_dtype": "bf16"}
+        )
+    )
+    assert plain.compute_parts["amax_host"] == 0.0

@@ -762,3 +762,55 @@ def test_the_pricer_adds_megatron_fsdp_s_unit_launches_to_each_transformer_layer
     # the embedding is no FSDP unit: its module's buckets stay gathered (not counted)
     embedding = (LayerType.EMBEDDING_LAYER,)
     assert after.host(head, *embedding).launch_forward == pytest.approx(before.host(head, *embedding).launch_forward)
+
+
+# the router's dtype (fp32) is not the training dtype's (bf16): `router_cast`, counted once whichever place holds it
+_ROUTER_KW = {"tp": 1, "mla": False, "rope_fusion": True, "cross_entropy_fusion": True, "wgrad_fused": True,
+              "router_cast": True}  # fmt: skip
+
+
+def _fp32_router_op(release: str | None) -> tuple[Op, TimeModel]:
+    """The router op of `_MOE_SPEC`'s layer under --moe-router-dtype fp32 at sequence 4096, MBS 1, TP 1, the
+    Megatron-Core of *release* (None: the newest), and the time model that prices it."""
+    training = {"seq_length": 4096, "moe": {"router_dtype": "fp32"}}
+    raw = {"name": "x", "models": [{"name": "llm", "spec": _MOE_SPEC}], "parallel": {"dp": 4, "ep": 2},
+           "training": training, "device": {"name": "h100-80gb"}}  # fmt: skip
+    if release is not None:
+        raw["framework_release"] = {"megatron_core": release}
+    run = parse_run_config(raw)
+    body = next(layer for layer in walk(run) if layer.node == "BODY")
+    model = TimeModel(run)
+    return next(op for op in model.ops(body) if op.name.endswith("router")), model
+
+
+def test_an_fp32_router_s_casts_and_fp32_operands_are_priced_beside_its_gemm():
+    # Megatron-LM moe_utils.py `RouterGatingLinearFunction` (0f058666a8, core_v0.13.0; unchanged at d98e8a64): 4096
+    # tokens, hidden 1024, 8 experts. th = 4096·1024 = 4,194,304; te = 4096·8 = 32,768; eh = 8·1024 = 8,192.
+    # Forward: one TE GEMM writing fp32 logits, 2 bytes more each: 2·32,768 = 65,536. Backward: both GEMMs on fp32
+    # operands, 2 bytes more an element read or written: (2·te + 2·th + 2·eh)·2 = (65,536 + 8,388,608 + 16,384)·2
+    # = 16,941,056; the weight and the input cast up, both gradients cast back (read 2, write 4 or back: 6):
+    # 2·(th + eh)·6 = 2·4,202,496·6 = 50,429,952; so 67,371,008 in 4 kernels
+    op, _ = _fp32_router_op(None)
+    assert op.side_bytes == (65_536, 16_941_056 + 50_429_952) and op.side_kernels == (0.0, 4.0)
+    # the launches stay the gating GEMM's 1 forward; backward its 2 GEMMs, DDP's main-gradient add and the 4 casts
+    assert op_launches(op, **_ROUTER_KW) == (1.0, 7.0)
+    # before it (router.py `TopKRouter.gating`: `F.linear(input.to(fp32), weight.to(fp32))`): the forward casts
+    # input and weight, 4,202,496·6 = 25,214,976, and its fp32 GEMM reads both and writes the logits 2 bytes more,
+    # (th + eh + te)·2 = 4,235,264·2 = 8,470,528: 33,685,504 in 2 kernels; the backward the same fp32 GEMMs,
+    # 16,941,056, and both gradients cast back, 25,214,976: 42,156,032 in 2 kernels
+    old, _ = _fp32_router_op("0.12")
+    assert old.side_bytes == (33_685_504, 42_156_032) and old.side_kernels == (2.0, 2.0)
+    assert op_launches(old, **_ROUTER_KW) == (3.0, 5.0)
+
+
+def test_the_pricer_adds_an_fp32_router_s_passes_at_hbm_rate():
+    # the same router in bf16 (no passes) against fp32 at the newest Megatron-Core: the backward longer by the
+    # passes' 67,371,008 bytes at the memory rate plus 4 memory-bound kernels' fixed time; the forward by 65,536
+    # bytes (it launches no kernel of its own: the TE GEMM writes the fp32 logits)
+    op, model = _fp32_router_op(None)
+    plain = dataclasses.replace(op, side_bytes=(0.0, 0.0), side_kernels=(1.0, 1.0))
+    kernels = model.kernels
+    forward = model._phase_s(op, "forward") - model._phase_s(plain, "forward")
+    backward = model._phase_s(op, "backward") - model._phase_s(plain, "backward")
+    assert forward == pytest.approx(kernels.memory_s(65_536))
+    assert backward == pytest.approx(kernels.memory_s(67_371_008) + 4 * kernels.elementwise_kernel_s)

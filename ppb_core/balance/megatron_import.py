@@ -74,7 +74,13 @@ from ppb_core import limits
 from ppb_core.balance.launch_script import ScriptError, script_words_and_variables
 from ppb_core.balance.megatron import parse_flags
 from ppb_core.balance.megatron_run import moe_pattern
-from ppb_core.balance.megatron_tokenizer import DEFAULT_TOKENIZER, file_vocabulary, tokenizer_vocabulary
+from ppb_core.balance.megatron_tokenizer import (
+    DEFAULT_TOKENIZER,
+    READS_VOCAB_SIZE,
+    file_vocabulary,
+    tokenizer_vocabulary,
+    unread_vocab_size,
+)
 from ppb_core.balance.megatron_vocabulary import (
     AT_DEFAULT,
     BIAS_FUSIONS,
@@ -179,7 +185,8 @@ class _Args:
         return value
 
     def required(self, flag: str) -> int:
-        value = self.integer(flag)
+        """A size Megatron-LM requires (layers, hidden, heads, sequence): given, and above 0."""
+        value = self.positive(flag)
         if value is None:
             raise InputError(self.where, flag, "missing: Megatron-LM requires it")
         return value
@@ -228,7 +235,9 @@ def import_megatron(
         "models": [{"name": "gpt", "spec": spec, "pad_vocab_multiple": pad_multiple}],
         "parallel": parallel,
         "training": training,
-        "device": {"name": device},
+        # held back for the CUDA context and NCCL's buffers of this layout's communicators, not 0
+        # (`ppb_core.config.runtime_reserve`)
+        "device": {"name": device, "reserved_mb": "auto"},
         "timing": _timing(args, notes),
     }
     entries = _ub_entries(args, read_file, notes)
@@ -302,12 +311,15 @@ def _torchrun_world(args: _Args) -> int:
     return per_node * (nodes or 1)
 
 
-def _vocabulary(args: _Args, tokenizer_vocab: int | None) -> int:
+def _vocabulary(args: _Args, tokenizer_vocab: int | None, notes: list[str]) -> int:
     """The tokenizer's vocabulary, before Megatron pads it (`megatron_tokenizer`, the rule `ppb check`
     compares a launch by); a file tokenizer's read from its `--tokenizer-model` where that file is on
-    this machine, else *tokenizer_vocab* gives it."""
+    this machine, else *tokenizer_vocab* gives it. A `--vocab-size` the tokenizer does not read is said
+    (until session 34 it was dropped in silence, "0 flags not modelled")."""
     kind = args.text("--tokenizer-type", DEFAULT_TOKENIZER) or DEFAULT_TOKENIZER
-    built = tokenizer_vocabulary(kind, args.integer("--vocab-size"), args.where)
+    given = args.positive("--vocab-size")
+    built = tokenizer_vocabulary(kind, given, args.where)
+    unread = given is not None and kind not in READS_VOCAB_SIZE
     if built is None and tokenizer_vocab is None:
         special = args.words("--tokenizer-special-tokens") or []
         read = file_vocabulary(
@@ -322,7 +334,8 @@ def _vocabulary(args: _Args, tokenizer_vocab: int | None) -> int:
         raise InputError(
             args.where,
             "--tokenizer-model",
-            f"{kind} reads its vocabulary from the tokenizer's file: give its size with --tokenizer-vocab N",
+            f"{kind} reads its vocabulary from the tokenizer's file: give its size with --tokenizer-vocab N"
+            + (f" (Megatron-LM does not read --vocab-size {given} for it)" if unread else ""),
         )
     if built is not None and tokenizer_vocab is not None and tokenizer_vocab != built:
         raise InputError(
@@ -330,7 +343,10 @@ def _vocabulary(args: _Args, tokenizer_vocab: int | None) -> int:
             "--tokenizer-vocab",
             f"{tokenizer_vocab}, but the launch's {kind} builds {built} entries, read from no file",
         )
-    return built if built is not None else tokenizer_vocab  # type: ignore[return-value]
+    vocab: int = built if built is not None else tokenizer_vocab  # type: ignore[assignment]
+    if unread:
+        notes.append(unread_vocab_size(kind, given, vocab))  # type: ignore[arg-type]
+    return vocab
 
 
 def _model(args: _Args, notes: list[str], tokenizer_vocab: int | None) -> tuple[dict[str, Any], int]:
@@ -368,7 +384,7 @@ def _model(args: _Args, notes: list[str], tokenizer_vocab: int | None) -> tuple[
         raise InputError(where, "--max-position-embeddings", f"{max_positions} is below --seq-length {seq}")
     bias = not args.has("--disable-bias-linear")
     spec: dict[str, Any] = {
-        "vocab_size": _vocabulary(args, tokenizer_vocab),
+        "vocab_size": _vocabulary(args, tokenizer_vocab, notes),
         "hidden_size": hidden,
         "num_layers": layers,
         "num_attention_heads": heads,
@@ -388,7 +404,7 @@ def _model(args: _Args, notes: list[str], tokenizer_vocab: int | None) -> tuple[
     }
     if squared:
         notes.append("--squared-relu: priced as relu (the square's extra elementwise pass is not)")
-    channels = args.integer("--kv-channels")
+    channels = args.positive("--kv-channels")
     mla = args.has("--multi-latent-attention")
     if channels is None and not mla and hidden % heads:  # validate_args: kv_channels = hidden / heads
         raise InputError(where, "--num-attention-heads", f"{heads} does not divide --hidden-size {hidden}")

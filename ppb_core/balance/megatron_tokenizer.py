@@ -42,6 +42,16 @@ def tokenizer_vocabulary(kind: str, vocab_size: int | None, where: str | None) -
     raise InputError(where, "--tokenizer-type", f"{shown(kind)} is not a GPT tokenizer ppb knows the size of")
 
 
+def unread_vocab_size(kind: str, vocab_size: int, vocabulary: int) -> str:
+    """Why a launch's `--vocab-size` does not size the model: *kind* does not read it (`build_tokenizer` hands it
+    to NullTokenizer and TikTokenizer only), and with `pad_vocab_size` on, Megatron pads the tokenizer's own
+    *vocabulary* (`_set_padded_vocab_size`), which `gpt_config_from_args` then takes as the padded size."""
+    return (
+        f"--vocab-size {vocab_size}: Megatron-LM's {kind} does not read it (build_tokenizer passes it to "
+        f"{' and '.join(READS_VOCAB_SIZE)} only): the model's vocabulary is the tokenizer's {vocabulary:,}, padded"
+    )
+
+
 def file_vocabulary(
     kind: str, model: str | None, special_tokens: list[str], legacy: bool, vocab_file: str | None
 ) -> int | str:

@@ -57,6 +57,7 @@ from ppb_core.balance.probing import MARGIN as PROBE_MARGIN
 from ppb_core.balance.probing import probe
 from ppb_core.balance.problem import BalanceInput
 from ppb_core.balance.progress import Clock, ProgressHook, Reporter, WorkLimits
+from ppb_core.balance.stopped import stopped_words
 from ppb_core.balance.tiebreak import TOLERANCE, break_ties, tie_key
 from ppb_core.balance.torchtitan_settings import settings as torchtitan_settings
 from ppb_core.model.switches import OPTIONS
@@ -571,16 +572,6 @@ def _reoption(setting: Setting) -> CellOptions:
     return CellOptions(apply, setting.rank_wide)
 
 
-# why a solve ended, in the progress lines
-STOPPED = {
-    "optimal": "proven optimal",
-    "work_limit": "stopped at its work limits (the same on every run)",
-    "time_limit": "stopped by the time limit (another machine may stop elsewhere)",
-    "infeasible": "no plan fits",
-    "cutoff": "proven no faster than a setting before it",
-}
-
-
 def setting_plan(problem: BalanceInput, setting: Setting) -> Plan:
     """The even split (as the baselines split) under a Megatron-Core setting."""
     plan = uniform_plan(problem, problem.options[0])
@@ -634,9 +625,7 @@ def solve(
     ):
         _megatron(problem, solution, exact, limits, clock, report, selective_modules, megatron_cutoff)
     solution.seconds = clock.elapsed
-    reason = STOPPED.get(solution.stopped_by, solution.stopped_by)
-    if solution.stopped_by == "time_limit":
-        reason = reason.replace("the time limit", f"the time limit of {time_limit:g} s")
+    reason = stopped_words(solution.stopped_by, solution.status, time_limit)
     report("done", reason, solution.objective, solution.bound)
     return solution
 
@@ -706,13 +695,13 @@ def _megatron(
         )
         if found.stopped_by == "cutoff":
             cut = True
-            report("megatron", f"{setting.describe()}: {STOPPED['cutoff']}", figures=(("to beat", cutoff),))
+            report("megatron", f"{setting.describe()}: {stopped_words('cutoff')}", figures=(("to beat", cutoff),))
             continue
         if found.plan is None or found.objective is None:
             continue
         report(
             "megatron",
-            f"{setting.describe()}: {STOPPED.get(found.stopped_by, found.stopped_by)}",
+            f"{setting.describe()}: {stopped_words(found.stopped_by, found.status)}",
             found.objective,
             found.bound,
         )
@@ -816,7 +805,7 @@ def _torchtitan(
             none_settled = True
         if found.stopped_by == "cutoff":
             cut = True
-            report("torchtitan", f"{setting.describe()}: {STOPPED['cutoff']}", figures=(("to beat", bar),))
+            report("torchtitan", f"{setting.describe()}: {stopped_words('cutoff')}", figures=(("to beat", bar),))
             continue
         if setting.name == "none" and found.memory_free and found.bound is not None:
             # the memory refused none of the stage choices its proof listed: its bound is `_none_floor`'s on
@@ -827,7 +816,7 @@ def _torchtitan(
             continue
         report(
             "torchtitan",
-            f"{setting.describe()}: {STOPPED.get(found.stopped_by, found.stopped_by)}",
+            f"{setting.describe()}: {stopped_words(found.stopped_by, found.status)}",
             found.objective,
             found.bound,
         )

@@ -18,6 +18,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
+from ppb_core.units import percent_words
+
 
 @dataclass(frozen=True)
 class Progress:
@@ -55,7 +57,7 @@ class Progress:
         if self.bound is not None:
             figures.append(f"bound {value(self.bound)}")
         if self.gap is not None:
-            figures.append(f"gap {self.gap:.2%}")
+            figures.append(f"gap {percent_words(self.gap)}")
         figures += [f"{name} {value(figure)}" for name, figure in self.figures]
         text = f"[{self.seconds:.1f} s] {self.phase}"
         if figures:

@@ -20,24 +20,6 @@ from ppb_core.units import TimedNote
 
 MAX_INTERLEAVE = 4
 
-# why a solve ended, in words (`stopped_by`); the status "time_limit" says only that the proof was not reached
-STOPPED = {
-    "optimal": "proven optimal",
-    "work_limit": "stopped at its work limits (the same plan on every run)",
-    "time_limit": "stopped by the time limit: the best plan found so far (another run may differ)",
-    "infeasible": "no plan fits",
-}
-
-
-def stopped_words(result: dict[str, Any]) -> str:
-    """Why the solve ended. A proven objective whose choice among equally fast plans the clock cut
-    (`program.solve`: stopped_by time_limit with status optimal) is still proven: only which of
-    those plans is given may differ from run to run."""
-    stopped = result.get("stopped_by", "")
-    if stopped == "time_limit" and result.get("status") == "optimal":
-        return "proven optimal; the time limit cut the choice among equally fast plans (another run may give another)"
-    return STOPPED.get(stopped, stopped)
-
 
 def report(
     solution: Solution,

@@ -295,6 +295,9 @@ def _check_sizes(document: dict[str, Any], problem: BalanceInput, run: RunConfig
             said = parallel.get("use_seq_parallel")
             sp = run.parallel.sequence_parallel
             stated.append(("parallel_config.use_seq_parallel", said, "sequence_parallel", sp))
+            # the embedding and output head whole on every model_parallel rank or split over it (`kinds.vocab_rows`)
+            said = parallel.get("vocab_emb_dp")
+            stated.append(("parallel_config.vocab_emb_dp", said, "vocab_emb_dp", run.parallel.vocab_emb_dp))
         spec = run.specs[run.models[0].name]
         if len(run.models) == 1 and isinstance(spec, ModelSpec) and isinstance(model_config, dict):
             # MindFormers' model_config sizes, as Megatron-LM's --num-layers to --seq-length are refused: the

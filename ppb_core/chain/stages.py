@@ -23,7 +23,7 @@ from ppb_core.balance.mtp_apart import standalone_problem
 from ppb_core.balance.outputs import YAML_KEYS, says_yaml_keys
 from ppb_core.balance.problem import run_problem
 from ppb_core.balance.progress import ProgressHook, WorkLimits, showing_seconds
-from ppb_core.balance.result import stopped_words
+from ppb_core.balance.stopped import ended_words
 from ppb_core.balance.torchtitan_plan import add_torchtitan
 from ppb_core.config.run import RunConfig
 from ppb_core.errors import InputError
@@ -220,7 +220,7 @@ def plan_report(run_config: pd.DataFrame, pipeline_plan: Summarized) -> Summariz
     stages = report_to_frame(plan_stages(run, cells, by_model, mtp_cell), pipeline_plan.frame["memory_mb"].tolist())
     headline = [
         # why the solve ended, as `ppb balance` says it (the status "time_limit" only says the proof was not reached)
-        ("balancer", stopped_words(plan) + (f", gap {plan['gap']:.3g}" if plan.get("gap") is not None else "")),
+        ("balancer", ended_words(plan)),
         *iteration_headline(plan),
         ("speedup over the best uniform split", speedup_words(plan)),
         # the balancer's charge (whole-MB terms, the run's largest working set on every stage), not a peak: the

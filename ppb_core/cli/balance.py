@@ -29,7 +29,8 @@ from ppb_core.balance.mtp_apart import standalone_problem
 from ppb_core.balance.outputs import interleave_keys, says_yaml_keys
 from ppb_core.balance.problem import BalanceInput, run_problem
 from ppb_core.balance.progress import WorkLimits
-from ppb_core.balance.result import MAX_INTERLEAVE, balance, stopped_words
+from ppb_core.balance.result import MAX_INTERLEAVE, balance
+from ppb_core.balance.stopped import stopped_words
 from ppb_core.balance.torchtitan_plan import add_torchtitan, torchtitan_lines
 from ppb_core.balance.torchtitan_settings import op_policy
 from ppb_core.balance.torchtitan_settings import runnable as torchtitan_runnable
@@ -44,7 +45,7 @@ from ppb_core.io import atomic_write_text, check_output
 from ppb_core.payload.run import describe_run
 from ppb_core.payload.sapp import layer_set, read_sapp_file
 from ppb_core.schedules import SCHEDULES
-from ppb_core.units import counted
+from ppb_core.units import counted, percent_words
 
 # SAPP's own defaults (`run_pipeline_balance.py`) but its 90 s time limit: ppb's search ends on work limits
 SAPP_DEFAULTS = {"stages": 4, "micro_batches": 4, "interleave": 1, "memory": 56000.0}
@@ -107,10 +108,13 @@ def problem_from_args(args: argparse.Namespace) -> tuple[Any, bool, Any]:
                 source, "--interleave", f"must be a positive integer or 'auto', got {shown(interleave_text)}"
             ) from None
         _positive(interleave, "--interleave", source, limits.CHUNKS, "chunks per stage")
-    if args.out:
+    from_run = path.suffix.lower() in (".yaml", ".yml")
+    if args.out and not from_run:
         check_output(args.out, inputs=(path,))
-    if path.suffix.lower() in (".yaml", ".yml"):
+    if from_run:
         run = load_run(path)
+        if args.out:  # nor over a file the run config names
+            check_output(args.out, inputs=(path, *run.files_read()))
         par = run.parallel
         _check_sizes(
             args.stages or par.pp,
@@ -316,6 +320,10 @@ def _number(value: float | None, digits: int = 6) -> str:
     return "—" if value is None else f"{value:.{digits}g}"
 
 
+def _percent(fraction: float | None) -> str:
+    return "—" if fraction is None else percent_words(fraction)
+
+
 def _print_yaml(console: Console, result: dict[str, Any], given: dict[str, Any]) -> None:
     """The plan as MindFormers / HyperParallel yaml keys (`balance.outputs`: SAPP's yaml_from_internal lists)."""
     console.print("To put in the MindFormers / HyperParallel yaml:")
@@ -387,8 +395,8 @@ def render(result: dict[str, Any], solve_s: float, memory_from: str = "") -> Non
     console.print(
         f"status [bold]{result['status']}[/bold]  objective {seconds(objective)} "
         f"({result['objective_kind'].replace('_', ' ')}{'' if in_s else FILE_UNIT})  "
-        f"bound {seconds(time_of(result, 'bound'))}  gap {_number(result['gap'], 3)}  in {solve_s:.2f} s: "
-        f"{stopped_words(result)}"
+        f"bound {seconds(time_of(result, 'bound'))}  gap {_percent(result['gap'])}  in {solve_s:.2f} s: "
+        f"{stopped_words(result['stopped_by'], result['status'])}"
     )
     if result.get("message"):
         console.print(escape(result["message"]))
@@ -481,7 +489,7 @@ def render(result: dict[str, Any], solve_s: float, memory_from: str = "") -> Non
     if result.get("mtp_placement_gap"):
         console.print(
             f"over both MTP placements: bound {seconds(time_of(result, 'mtp_placement_bound'))}, "
-            f"gap {_number(result['mtp_placement_gap'], 3)} (a placement's solve ended unproven)"
+            f"gap {percent_words(result['mtp_placement_gap'])} (a placement's solve ended unproven)"
         )
     for entry in result.get("mtp_placement", []):
         console.print(

@@ -113,6 +113,18 @@ CHANGES: dict[str, Change] = {
         "(module/linear.py `_Linear.forward`, layernorm_linear.py `_LayerNormLinear.forward`, v1.6 and v1.10): "
         "one more kernel a module a forward",
     ),
+    "te_fp8_params_one_amax_buffer": Change(
+        TRANSFORMER_ENGINE,
+        "28aa41a3f",
+        "2024-11-14",
+        (1, 13),
+        "TE keys delayed scaling's global amax buffer by direction and autocast alone (#1326, \"Remove special "
+        'handling for FP8 params in FP8 recipe infrastructure": fp8.py `get_key_in_buffer`), so one reduction '
+        "concatenates, all-reduces and updates every module's amaxes at once; before (v1.6, v1.10), modules with FP8 "
+        "parameters (Float8Tensor weights: NeMo's fp8_params, Megatron's --fp8-param-gather) kept a buffer apart from "
+        'those without (the DotProductAttention\'s), `f"{fwd_bwd_key}_{fp8_weights}_{autocast_key}"`, and '
+        "`reduce_and_update_fp8_tensors` ran its torch.cat, all-reduce and fused update once for each",
+    ),
     "te_fp8_input_transposed_in_forward": Change(
         TRANSFORMER_ENGINE,
         "819a75219",
@@ -292,6 +304,18 @@ CHANGES: dict[str, Change] = {
         "every MTP layer sits on the last pipeline stage (multi_token_prediction.py `get_mtp_num_layers_to_build`: "
         '"we only support put all of MTP layers on the last pipeline stage")',
     ),
+    "mtp_loss_frees_logits": Change(
+        MEGATRON_CORE,
+        "9d71cb1cd2",
+        "2026-02-04",
+        (0, 17),
+        "multi_token_prediction.py `process_mtp_loss` runs each MTP head's output layer and loss and returns, so "
+        "its 16-bit logits are gone before the model's own output layer runs; before, from d7bf5aaaa8 "
+        "(`layout_holds_mtp`), `GPTModel._postprocess` ran that loop itself and its local `mtp_logits` (the last "
+        "head's) lived on through the main output layer and loss's forward, to the function's return (gpt_model.py "
+        "at 11debfa7b4); before d7bf5aaaa8 `MultiTokenPredictionBlock.forward` computed the MTP loss and dropped "
+        "its logits on return",
+    ),
     "fsdp_grads_own_dtype": Change(
         MEGATRON_CORE,
         "adfe9e11d9",
@@ -357,6 +381,16 @@ CHANGES: dict[str, Change] = {
         "the v2.6.0 wheel, not the v2.5.0 one; proposed as pytorch/pytorch#136701); before, each benchmark run "
         "of a kernel with several configs cloned them on the device (`CachingAutotuner.bench` → `clone_args`) "
         "beside Triton's `do_bench` L2 flush buffer",
+    ),
+    "mcore_router_te_gemm": Change(
+        MEGATRON_CORE,
+        "0f058666a8",
+        "2025-06-14",
+        (0, 13),
+        "Megatron-Core's router under --moe-router-dtype fp32 runs its gating GEMM as one TE GEMM of the 16-bit "
+        "input writing fp32 logits, and casts the input to fp32 in the backward (!3387, moe_utils.py "
+        "`RouterGatingLinearFunction`); before, router.py `TopKRouter.gating` cast the input to fp32 in the forward "
+        "(`F.linear(input.to(router_dtype), ...)`), autograd casting its gradient back",
     ),
     "te_fused_grouped_mlp": Change(
         TRANSFORMER_ENGINE,

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 from ppb_core.config.spec import ModelSpec, VisionSpec
 from ppb_core.config.vision import VisionSequence
+from ppb_core.model.geometry import per_rank
 
 # Where a layer sits in its model: the embedding, a transformer layer, or the final norm, output and loss.
 HEAD, BODY, TAIL = "HEAD", "BODY", "TAIL"
@@ -140,6 +141,8 @@ class HeadKind:
     learned_positions: int  # 0 with rotary or no positions
     tied: bool
     hidden_dropout: float = 0.0
+    # MindFormers' `parallel_config.vocab_emb_dp`: the table whole on every TP rank (`vocab_rows`)
+    vocab_replicated: bool = False
 
 
 @dataclass(frozen=True)
@@ -157,6 +160,8 @@ class TailKind:
     # splits it (`standalone_parts`): NORM_PART, MTP_PART and OUTPUT_PART; with `mL` in a cell of no
     # decoder layer the final norm stays with the last one (`norm_apart`): NORM_PART and UNNORMED.
     part: str = WHOLE
+    # MindFormers' `parallel_config.vocab_emb_dp`: the output head whole on every TP rank (`vocab_rows`)
+    vocab_replicated: bool = False
 
     @property
     def whole_name(self) -> str:
@@ -348,7 +353,17 @@ def body_kind(spec: ModelSpec, index: int, dropout: float | None = None) -> Body
     )
 
 
-def head_kind(spec: ModelSpec, vocab_size: int, dropout: float | None = None) -> HeadKind:
+def vocab_rows(kind: HeadKind | TailKind, tp: int) -> int:
+    """Rows of the vocabulary table (embedding or output head) one TP rank holds and computes: the whole table
+    under MindFormers' `vocab_emb_dp` (llama_layer.py `LlamaEmbedding.shard`: the Gather `((1, 1), (dp, cp))`;
+    llama.py `LlamaForCausalLM` and research/deepseek2's `DeepseekV2ForCausalLM`: the lm_head MatMul
+    `((dp·cp, 1), (1, 1))`, mindformers a4dfb8219 and 2388c729a), else 1/tp of it (vocabulary-parallel)."""
+    return kind.vocab_size if kind.vocab_replicated else per_rank(kind.vocab_size, tp)
+
+
+def head_kind(
+    spec: ModelSpec, vocab_size: int, dropout: float | None = None, vocab_replicated: bool = False
+) -> HeadKind:
     return HeadKind(
         name="embedding",
         vocab_size=vocab_size,
@@ -356,10 +371,13 @@ def head_kind(spec: ModelSpec, vocab_size: int, dropout: float | None = None) ->
         learned_positions=spec.max_position_embeddings if spec.position_embedding == "learned" else 0,
         tied=spec.tied_embeddings,
         hidden_dropout=spec.hidden_dropout if dropout is None else dropout,
+        vocab_replicated=vocab_replicated,
     )
 
 
-def tail_kind(spec: ModelSpec, vocab_size: int, dropout: float | None = None) -> TailKind:
+def tail_kind(
+    spec: ModelSpec, vocab_size: int, dropout: float | None = None, vocab_replicated: bool = False
+) -> TailKind:
     mtp_body = None
     if spec.mtp_layers:
         # An MTP module's transformer layer is one of the model's last (MoE, where there are experts).
@@ -372,6 +390,7 @@ def tail_kind(spec: ModelSpec, vocab_size: int, dropout: float | None = None) ->
         tied=spec.tied_embeddings,
         mtp_layers=spec.mtp_layers,
         mtp_body=mtp_body,
+        vocab_replicated=vocab_replicated,
     )
 
 

@@ -25,6 +25,7 @@ from ppb_core.model.kinds import (
     PatchEmbedKind,
     ProjectorKind,
     TailKind,
+    vocab_rows,
 )
 
 
@@ -131,7 +132,7 @@ def float8_gathered_weights(kind: BodyKind, tp: int = 1) -> tuple[int, int]:
 
 
 def head_params(kind: HeadKind, tp: int = 1) -> LayerParams:
-    table = per_rank(kind.vocab_size, tp) * kind.hidden_size
+    table = vocab_rows(kind, tp) * kind.hidden_size
     return LayerParams(non_expert=table + kind.learned_positions * kind.hidden_size)
 
 
@@ -160,7 +161,7 @@ def tail_params(kind: TailKind, tp: int = 1, pp: int = 1, ep: int = 1, etp: int 
     (another chunk than the first, whose table it cannot share); the loss chunk builds the output
     layer (`post_process`).
     """
-    table = per_rank(kind.vocab_size, tp) * kind.hidden_size
+    table = vocab_rows(kind, tp) * kind.hidden_size
     if kind.part == NORM_PART:
         return LayerParams(non_expert=norm_params(kind.norm, kind.hidden_size))
     if kind.part == OUTPUT_PART:

@@ -359,7 +359,9 @@ def model_kinds(run: RunConfig, model_name: str) -> tuple[LayerKind, list[BodyKi
         # Megatron-LM d98e8a64 fp8_utils.py `is_first_last_bf16_layer`: the first `start` and last `end` of
         # the model's layers (global indices) run outside the fp8 context
         bodies[index] = replace(bodies[index], name=f"{bodies[index].name}_bf16", high_precision=True)
-    return head_kind(spec, vocab, dropout), bodies, tail_kind(spec, vocab, dropout)
+    replicated = run.framework == "mindformers" and run.parallel.vocab_emb_dp and run.parallel.tp > 1
+    head = head_kind(spec, vocab, dropout, vocab_replicated=replicated)
+    return head, bodies, tail_kind(spec, vocab, dropout, vocab_replicated=replicated)
 
 
 def is_body(kind: LayerKind) -> bool:

@@ -18,8 +18,8 @@ and MindFormers files, a torchtitan search its TOML besides):
   (`megatron.flags`: the fastest plan Megatron-Core can say when it cannot say the plan; with none, no
   layout: the plan's layout without its recompute does not run as priced);
 * `NN-<name>.mindformers.yaml`, for a MindFormers search: MindFormers' `parallel_config` (data_parallel, model_parallel,
-  pipeline_stage, context_parallel, expert_parallel, micro_batch_num, use_seq_parallel, with cp the
-  context_parallel_algo),
+  pipeline_stage, context_parallel, expert_parallel, micro_batch_num, use_seq_parallel, vocab_emb_dp false, with
+  cp the context_parallel_algo),
   `parallel.enable_parallel_optimizer` (with chunks, `parallel.pipeline_config`), `model.model_config` (offset,
   pp_interleave_num) and
   `recompute_config` (recompute, select_recompute, select_comm_recompute);
@@ -128,6 +128,9 @@ def mindformers_settings(strategy: Strategy, plan: dict[str, Any]) -> dict[str, 
             "expert_parallel": s.ep,
             "micro_batch_num": s.micro_batches,
             "use_seq_parallel": s.sequence_parallel,
+            # the search prices vocabulary-parallel tables (RunConfig `parallel.vocab_emb_dp` false); MindFormers'
+            # own default, True, would run the embedding and output head whole on every model-parallel rank
+            "vocab_emb_dp": False,
             **({"context_parallel_algo": MINDFORMERS_CP_ALGO[s.cp_variant]} if s.cp > 1 else {}),
         },
         # with chunks, MindSpore's interleaved pipeline as well (`interleave_keys`: without it MindFormers runs one

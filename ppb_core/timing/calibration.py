@@ -24,7 +24,8 @@ what a recompute option runs again in the backward. Each measured kind gets a fa
 - recompute: per measured option, (measured backward − calibrated plain backward) / modelled
   recompute; where the model recomputes nothing for that option, the difference is kept as an
   offset. Settings not measured (a profile's single switch, say) take the kind's pooled factor
-  Σ measured increments / Σ modelled ones, else the global one.
+  Σ measured increments / Σ modelled ones, else the global one. An increment below zero (a recompute
+  measured faster in the backward than the plain layer) is refused: no factor of a time can be negative.
 Kinds not measured take global factors: Σ measured / Σ modelled over every row of that term.
 
 `fit_report` says which calibration a run applies, as the memory calibration's fit does: the file, its
@@ -209,6 +210,7 @@ def fit_calibration(
         key: (rows["NONE"].backward_ms / terms[rows["NONE"]][1] if "NONE" in rows else global_backward)
         for key, rows in by_kind.items()
     }
+    _check_recompute_adds(by_kind, backward_of, terms, source)
     increments = [
         (m.backward_ms - backward_of[m.key] * terms[m][1], terms[m][2])
         for m in measurements
@@ -241,6 +243,39 @@ def fit_calibration(
         )
     default = KindFactors(forward_default=global_forward, backward=global_backward, recompute_default=global_recompute)
     return Calibration(source, measurements, kinds, default)
+
+
+def _check_recompute_adds(
+    by_kind: Mapping[tuple[str, str, str], Mapping[str, Measurement]],
+    backward_of: Mapping[tuple[str, str, str], float],
+    terms: Mapping[Measurement, tuple[float, float, float]],
+    source: str,
+) -> None:
+    """Refuse a recompute option measured faster in the backward than the plain backward: a recompute runs the
+    plain layer's backward and its reruns too, so its increment, and its factor, would be negative, and through
+    the global factor every kind not measured would recompute in negative time (a FULL row 0.5 ms under its
+    NONE row printed "recompute ×-0.121", session 34). Equal is allowed: a recompute whose reruns cost nothing."""
+    for key, rows in by_kind.items():
+        none = rows.get("NONE")
+        for option, m in rows.items():
+            if option == "NONE":
+                continue
+            what = f"{m.backward_ms:g} ms for {' '.join(key)} {option}"
+            if none is not None and m.backward_ms < none.backward_ms:
+                raise InputError(
+                    source,
+                    f"line {m.line}: backward_ms",
+                    f"{what} is below line {none.line}'s NONE backward ({none.backward_ms:g} ms): a recompute runs the "
+                    "plain backward and more, never less (measure both again, or check each row's option)",
+                )
+            plain = backward_of[key] * terms[m][1]
+            if none is None and terms[m][2] > 0 and m.backward_ms < plain:
+                raise InputError(
+                    source,
+                    f"line {m.line}: backward_ms",
+                    f"{what} is below the plain backward the global factor gives it ({plain:.3f} ms, no NONE row of "
+                    "the kind): its recompute would take negative time; measure the kind's NONE row too",
+                )
 
 
 def fit_report(

@@ -38,6 +38,7 @@ from ppb_core.model.kinds import (
     PatchEmbedKind,
     ProjectorKind,
     TailKind,
+    vocab_rows,
 )
 from ppb_core.model.switches import LayerType
 from ppb_core.timing.flex import (
@@ -290,14 +291,22 @@ def mindformers_moev2(run: RunConfig) -> bool:
     mindspore-ai/mindspore frontend/parallel/tensor_layout/redistribution_operator_infer.cc
     `InferPermuteByAxis`, stored 9eb43866); `group_wise_a2a` (MoEConfig default False, "converting part of
     intercommunication into intra communication") would slice the capacity over mp first and is not priced.
-    Under `use_seq_parallel` a4dfb8219's `_ffn_forward_sq` runs instead (not read: priced as before)."""
+    Under `use_seq_parallel` a4dfb8219's `_ffn_forward_sq` runs instead (not read: priced as before).
+
+    At model_parallel 1 the same code runs, whatever `use_seq_parallel` says: each rank routes its own micro-batch
+    through `TopkRouterV2.dispatch` into the (expert, capacity) slots (`calculate_expert_capacity_v2`, rounded
+    to a multiple of mp = 1), one AllToAll over `expert_parallel` (the data-parallel ranks `dp // ep` groups
+    of them: `dp_moe`), the experts at `(ep, 1, 1)` and `TopkRouterV2.combine`'s concat, Gather and weighted
+    sum back (`_ffn_forward_sq` at mp 1 makes the same single AllToAll: its `stride_slice_outer_ep_mp` moves the
+    split axis, `stride_slice_allgather` gathers over mp = 1, nothing). So its local passes are MoEV2's
+    (`_moev2_passes`), not the Megatron permute and unpermute that ppb priced there before session 34; the
+    all-to-all's bytes (the rank's E × capacity slots) are the same either way."""
     par, moe = run.parallel, run.training.moe
     return (
         run.framework == "mindformers"
         and not moe.dropless
-        and not par.sequence_parallel
-        and par.tp > 1
         and par.expert_tp == par.tp
+        and (par.tp == 1 or not par.sequence_parallel)
     )
 
 
@@ -354,6 +363,7 @@ class OpGeometry(Geometry):
     hybridep_custom_allgather: bool = True
     dispatch_bytes: int = 2  # bytes per element the expert dispatch sends (FP8 dispatch: 1)
     router_bytes: int = 2  # the router's probabilities (--moe-router-dtype, else the training dtype)
+    router_te_gemm: bool = True  # Megatron-Core's fp32 router through one TE GEMM (`_router_cast_passes`)
     permute_fusion: bool = False  # Megatron's --moe-permute-fusion (Transformer Engine's permute kernels)
     # A vision encoder's bidirectional attention within images or windows: (query, key) pairs per head
     # of one sample; 0 for a causal language model.
@@ -472,6 +482,7 @@ class OpGeometry(Geometry):
             main_grad_passes=main_grad_passes(run.timing.deepspeed_bf16_optimizer),
             rope_fusion=run.rope_fused,
             router_bytes=ROUTER_BYTES.get(train.moe.router_dtype or "", train.dtype_bytes),
+            router_te_gemm=run.framework_release.holds("mcore_router_te_gemm"),
             permute_fusion=train.moe.permute_fusion,
             bias_gelu_fusion=run.timing.bias_gelu_fusion,
             bias_dropout_fusion=run.timing.bias_dropout_fusion,
@@ -1823,6 +1834,37 @@ def _ffn(
     ]
 
 
+def _router_cast_passes(
+    geo: OpGeometry, tokens: float, h: int, experts: int, bc: int
+) -> dict[str, tuple[float, float]]:
+    """The memory-bound passes Megatron-Core's router adds beside its gating GEMM under --moe-router-dtype fp32
+    with a 16-bit input (`Op.side_bytes`, `Op.side_kernels`; the GEMM stays priced at 16-bit operands and rate).
+    From core_v0.13.0 (0f058666a8, moe_utils.py `RouterGatingLinearFunction`, unchanged at d98e8a64) the forward
+    is one TE GEMM of the 16-bit input writing fp32 logits; the backward casts the weight and the saved input to
+    fp32 (`.to(ctx.router_dtype)`: read 2, write 4 bytes an element), runs both gradients' GEMMs on fp32 operands
+    (TE's pure-fp32 GEMM) and casts both gradients back (read 4, write 2): 4 kernels. Before, router.py
+    `TopKRouter.gating` ran `F.linear(input.to(router_dtype), weight.to(router_dtype))`: the forward casts the
+    input and the weight (2 kernels) and multiplies fp32 operands; autograd's backward multiplies fp32 operands and
+    casts both gradients back (2 kernels). Beyond the 16-bit GEMMs: every fp32 operand read or written 2 bytes
+    more an element, each cast 6 bytes an element; per token and hidden element 16 bytes from core_v0.13.0 (2 +
+    2 + 6 + 6, all in the backward), 18 before (6 + 2 forward, 2 + 2 + 6 backward). fp64 is not priced this way."""
+    if geo.framework != "megatron" or geo.router_bytes != 4 or bc != 2:
+        return {}
+    extra = 4 - bc  # bytes an element an fp32 operand adds over the 16-bit one
+    cast = bc + 4  # a cast between the two: read one, write the other
+    th, te, eh = tokens * h, tokens * experts, experts * h
+    # the backward's two GEMMs on fp32 operands: the output gradient read by both, the input gradient and the
+    # weight gradient written, the input and the weight read
+    gemms = (2 * te + 2 * th + 2 * eh) * extra
+    if geo.router_te_gemm:
+        # forward: the fp32 logits; backward: the casts of the weight and the input, then of both gradients
+        return {"side_bytes": (te * extra, gemms + 2 * (th + eh) * cast), "side_kernels": (0.0, 4.0)}
+    # forward: the casts of the input and the weight, the fp32 GEMM reading both and writing the logits;
+    # backward: the two fp32 GEMMs, the casts of both gradients
+    forward = (th + eh) * cast + (th + eh + te) * extra
+    return {"side_bytes": (forward, gemms + (th + eh) * cast), "side_kernels": (2.0, 2.0)}
+
+
 def expert_probs_bytes(geo: OpGeometry) -> int:
     """Bytes of an element of the routing probabilities the experts weight their rows by. DeepEP and HybridEP
     take and return fp32 probabilities whatever the router's dtype (token_dispatcher.py `_DeepepManager.dispatch`
@@ -2104,6 +2146,7 @@ def moe_ops(kind: BodyKind, moe: Moe, geo: OpGeometry, p: str = "") -> list[Op]:
                 fp8=False,
             ),
             grad_adds=1.0 if moe.router_bias else 0.0,  # router.py `TopKRouter`'s bias (add_bias_linear)
+            **_router_cast_passes(geo, whole, h, experts + (1 if moe.shared_expert_gate else 0), bc),
         ),
         # Router logits upcast, softmax and top-k in fp32; Megatron's kernels and host syncs by its settings.
         _router_topk(p + "router_topk", block, whole * experts * (bc + 2 * STATS_BYTES), moe, geo, (p + "router",)),
@@ -2759,7 +2802,9 @@ def _mla_rope_bytes(geo: OpGeometry, n: float, heads: int, nope: int, rope: int,
     return n * forward * bc, n * backward * bc
 
 
-def _embedding(p: str, block: str, geo: OpGeometry, h: int, vocab: int, positions: int, dropout: float) -> list[Op]:
+def _embedding(
+    p: str, block: str, geo: OpGeometry, h: int, vocab: int, positions: int, dropout: float, replicated: bool = False
+) -> list[Op]:
     """Vocabulary-parallel lookup (every rank writes all tokens, zero outside its shard), summed over TP.
 
     The backward scatter-adds the output gradient into the gradient of the table rows. Under
@@ -2776,7 +2821,12 @@ def _embedding(p: str, block: str, geo: OpGeometry, h: int, vocab: int, position
     EmbeddingBackwardKernel.cu `embedding_backward_cuda_kernel`: `at::zeros` of the whole table in the
     gradient's dtype, then the sorted rows' fp32 partial sums scattered in; 01b9dc565e): bc per table
     element more, FSDP2 reduce-scattering that gradient itself (`ppb_core.census.ops` counts the
-    table written by `embedding_dense_backward`)."""
+    table written by `embedding_dense_backward`).
+
+    *replicated*: MindFormers' `vocab_emb_dp` (`vocab_rows`), the table whole on every TP rank: the Gather
+    `((1, 1), (dp, cp))` looks each token up where it is (llama_layer.py `LlamaEmbedding.shard`, a4dfb8219 and
+    2388c729a), no partial rows to sum over TP; under sequence parallelism the first layer's `(dp, mp, 1)`
+    input is a slice of it (a StridedSlice, its gradient zero-padded: no collective either way)."""
     bc, n = geo.dtype_bytes, geo.tokens
     rows = n * h
     learned_positions = positions > 0
@@ -2788,7 +2838,7 @@ def _embedding(p: str, block: str, geo: OpGeometry, h: int, vocab: int, position
     elif geo.framework == "torchtitan":
         backward += (per_rank(vocab, geo.tp) + positions) * h * bc
     ops = [_elementwise(p + "lookup", block, forward, backward)]
-    if geo.tp > 1:
+    if geo.tp > 1 and not replicated:
         payload = rows * bc
         ops.append(
             Op(
@@ -2818,6 +2868,7 @@ def head_ops(kind: HeadKind, geo: OpGeometry) -> tuple[Op, ...]:
             kind.vocab_size,
             kind.learned_positions,
             kind.hidden_dropout,
+            kind.vocab_replicated,
         )
     )
 
@@ -2938,22 +2989,58 @@ def te_loss_bytes(dtype_bytes: int) -> tuple[int, int]:
     return 3 * dtype_bytes, 2 * dtype_bytes
 
 
+def _replicated_logits(p: str, block: str, kind: TailKind, geo: OpGeometry) -> list[Op]:
+    """The passes MindFormers' whole-vocabulary head (`vocab_emb_dp`, `vocab_rows`) adds beyond the
+    vocabulary-parallel loss's own: the head writes every logit on every TP rank, the model's float32
+    Cast runs on them all, and MindSpore's redistribution to the loss's `(dp, mp)` strategy slices this rank's
+    share (research/deepseek2/deepseek2.py `DeepseekV2ForCausalLM.construct` at 2388c729a, deepseek2_model.py
+    and models/llama/llama.py `LlamaForCausalLM.construct` at a4dfb8219: `self.lm_head`, `self.cast(logits,
+    mstype.float32)`, then `self.loss`, whose CrossEntropyLoss keeps model_parallel). The Cast has no strategy
+    and so no operator of its own in semi-auto parallel (mindspore-ai/mindspore step_parallel_utils.cc
+    `IsParallelCareNode`: a Cast without OperatorInfo is not a parallel-care node): it runs on the layout it is
+    given, the whole vocabulary. The slice is a StridedSlice (redistribution_operator_infer.cc, a split axis
+    added), whose backward (StridedSliceGrad) writes the whole vocabulary's gradient, zeros beside this rank's
+    share, that the Cast's backward casts back: the head's input gradient then a partial sum over the TP ranks,
+    as a vocabulary-split head's. MindSpore's per-rank backward sums such partials in its collectives' bprops
+    (mindspore/ops/_grad_experimental/grad_comm_ops.py: AllGather's a ReduceScatter(SUM), AllReduce(SUM)'s an
+    AllReduce(SUM)): under sequence parallelism the head's input gather's reduce-scatter, as before; without it,
+    for a split table the lookup's forward all-reduce's bprop (one N·h all-reduce, priced as the head's
+    input-gradient all-reduce, `_tp_entry`), for a whole table none: the lookup has no collective, and the
+    table's own gradient reduction over dp·cp·tp sums the partial rows (`_output` drops that all-reduce).
+    Bytes beyond `_loss_bytes`,
+    which counts a Cast (bc read, 4 written) and, backward, a 16-bit gradient on this rank's share: forward the
+    Cast on the other logits ((whole - share)·(bc + 4)) and the slice (read and write the share, 4 + 4);
+    backward the loss's gradient in float32 (4 - bc on the share), the slice's gradient (read the share,
+    write the whole in float32) and the Cast back on the whole (4 + bc)."""
+    if not kind.vocab_replicated or geo.tp == 1:
+        return []
+    bc, n = geo.dtype_bytes, geo.tokens
+    share, whole = per_rank(kind.vocab_size, geo.tp), kind.vocab_size
+    forward = n * ((whole - share) * (bc + STATS_BYTES) + 2 * share * STATS_BYTES)
+    backward = n * (share * (STATS_BYTES - bc) + share * STATS_BYTES + whole * STATS_BYTES + whole * (STATS_BYTES + bc))
+    op = _elementwise(p + "logits_slice", block, forward, backward, inputs=(p + "logits",))
+    return [dataclasses.replace(op, launches=(2.0, 2.0))]
+
+
 def _output(p: str, block: str, kind: TailKind, geo: OpGeometry, source: str, with_norm: bool = True) -> list[Op]:
     """Final norm, vocabulary-parallel logits and cross-entropy (logits upcast to fp32, softmax kept),
     and the loss's three small all-reduces (max, sum of exponentials, target logit). Without
     *with_norm* the head reads *source* as it came (an MTP head on the loss chunk of a standalone
     MTP: its MTP layer's final norm ran on the MTP chunk)."""
     h, bc, n = kind.hidden_size, geo.dtype_bytes, geo.tokens
-    vocab = per_rank(kind.vocab_size, geo.tp)
+    vocab = per_rank(kind.vocab_size, geo.tp)  # the loss's share: vocabulary-parallel whatever the head
     norm = p + "final_norm"
     head_input = norm if with_norm else source
     entry = _tp_entry(p, "output", block, geo, h, head_input, p + "logits", switch=None)
+    if kind.vocab_replicated and not geo.gathers:
+        entry = []  # MindSpore sums the partial input gradient nowhere over tp (`_replicated_logits`)
     logits_source = entry[0].name if geo.gathers else head_input
     elements = n * vocab
     loss_forward, loss_backward = _loss_bytes(geo, vocab)
     ops = [
         *entry,
-        _matmul(p + "logits", block, n, h, vocab, bc, inputs=(logits_source,), fp8=False),
+        _matmul(p + "logits", block, n, h, vocab_rows(kind, geo.tp), bc, inputs=(logits_source,), fp8=False),
+        *_replicated_logits(p, block, kind, geo),
         _elementwise(p + "loss", block, elements * loss_forward, elements * loss_backward, inputs=(p + "logits",)),
     ]
     if with_norm:

@@ -53,7 +53,12 @@ from ppb_core.timing.batch import batch_seconds, reads
 from ppb_core.timing.combined import direction_contention, layer_segments, mtp_segments, step_saving
 from ppb_core.timing.comm import Group, Links, collective_seconds
 from ppb_core.timing.flops import ALL_GATHER, ALL_REDUCE, REDUCE_SCATTER, Collective, OpGeometry
-from ppb_core.timing.fp8_amax import REDUCTIONS_PER_CHUNK, amax_reduction_seconds
+from ppb_core.timing.fp8_amax import (
+    REDUCTIONS_PER_CHUNK,
+    amax_reduction_launches,
+    amax_reduction_seconds,
+    host_added_s,
+)
 from ppb_core.timing.fsdp_float8 import precompute_scale_seconds
 from ppb_core.timing.host import HostWaits
 from ppb_core.timing.kernels import Kernels
@@ -113,8 +118,9 @@ class Iteration:
     # of `compute`, the seconds the busiest stage's GPU waits for Megatron's host to launch its kernels
     host_wait_seconds: float = 0.0
     # the stage whose work is `compute`, and `compute` in parts adding up to it: its layers ("layers",
-    # their waits for the host included), Megatron's get_batch broadcasts ("batch_broadcast") and what
-    # combined 1F1B steps save ("combined_saving", negative); for tools that split the iteration
+    # their waits for the host included), Megatron's get_batch broadcasts ("batch_broadcast"), delayed scaling's
+    # amax all-reduces ("amax_reduction") and the host's launches of them ("amax_host"), and what combined 1F1B
+    # steps save ("combined_saving", negative); for tools that split the iteration
     busiest_stage: int = 0
     compute_parts: dict[str, float] = field(default_factory=dict)
 
@@ -518,14 +524,29 @@ def run_iteration(
             batch[stage] += seconds
             host_layers.setdefault((chunk, stage), []).insert(0, HostLayer(seconds, 0.0, 0.0))  # before the layers
 
-    # delayed scaling's amax reductions: a cell holding FP8 GEMMs reduces once forward, once backward (`fp8_amax`)
+    # delayed scaling's amax reductions: a cell holding FP8 GEMMs reduces once forward, once backward (`fp8_amax`),
+    # the host launching them after its last FP8 layer's forward and in its first one's backward
     amax = [0.0] * stages
+    amax_host = [0.0] * stages
     reduction = amax_reduction_seconds(run, links)
-    if reduction > 0:
-        for chunk, stage in _fp8_cells(times, per_cell):
+    host_counted = run.framework == "megatron" and times.calibration is None and run.timing.cuda_graph_impl == "none"
+    launched = amax_reduction_launches(run) * times.launch_s() if host_counted else 0.0
+    if reduction > 0 or launched > 0:
+        for (chunk, stage), entries in _fp8_cells(times, per_cell).items():
             cells.forward[chunk][stage] += reduction
             cells.backward[chunk][stage] += reduction
             amax[stage] += REDUCTIONS_PER_CHUNK * reduction
+            if launched > 0:
+                (first, _, first_backward), (last, last_forward, _) = entries[0], entries[-1]
+                forward_host = host_added_s(
+                    waits[last].launch_forward, last_forward - waits[last].forward, launched, reduction
+                )
+                backward_host = host_added_s(
+                    waits[first].launch_backward, first_backward - waits[first].backward, launched, reduction
+                )
+                cells.forward[chunk][stage] += forward_host
+                cells.backward[chunk][stage] += backward_host
+                amax_host[stage] += forward_host + backward_host
 
     # ZeRO-3 / FSDP: each layer's parameters gathered (bf16; torchtitan's Float8 weights in float8 under
     # its float8 all-gather, `LayerParams.gathered_bytes`) and gradients reduce-scattered over dp·cp.
@@ -646,7 +667,7 @@ def run_iteration(
     compute = work
     # of it, the busiest stage's GPU waiting for Megatron's host to launch its kernels (`TimeModel.host`)
     waiting = sum(host.forward + host.backward for layer, host in waits.items() if layer.stage == busiest)
-    host_wait = min(compute, m * waiting)
+    host_wait = min(compute, m * (waiting + amax_host[busiest]))
     bubble = plain.makespan - work
     if post_reduce:
         fsdp_once += max(0.0, _post_reduce_end(timeline, post_reduce, stages, chunks) - timeline.makespan)
@@ -709,26 +730,28 @@ def run_iteration(
         host_wait_seconds=host_wait,
         busiest_stage=busiest,
         compute_parts={
-            "layers": work + saved[busiest] - m * (batch[busiest] + amax[busiest]),
+            "layers": work + saved[busiest] - m * (batch[busiest] + amax[busiest] + amax_host[busiest]),
             "batch_broadcast": m * batch[busiest],
             "amax_reduction": m * amax[busiest],
+            "amax_host": m * amax_host[busiest],
             "combined_saving": -saved[busiest],
         },
     )
 
 
-def _fp8_cells(times: TimeModel, per_cell) -> list[tuple[int, int]]:
+def _fp8_cells(times: TimeModel, per_cell) -> dict[tuple[int, int], list]:
     """The cells whose layers run FP8 GEMMs (`Op.fp8`: the output layer and the router stay in 16 bits), each
-    one model chunk's TransformerBlock on one stage."""
+    one model chunk's TransformerBlock on one stage, with those layers' entries (layer, forward, backward
+    seconds) in model order."""
     fp8: dict[LayerKind, bool] = {}
-    held = []
+    held = {}
     for cell, entries in per_cell.items():
         for layer, _, _ in entries:
             if layer.kind not in fp8:
                 fp8[layer.kind] = any(op.gemm is not None and op.fp8 and op.weight_elements for op in times.ops(layer))
-            if fp8[layer.kind]:
-                held.append(cell)
-                break
+        found = [entry for entry in entries if fp8[entry[0].kind]]
+        if found:
+            held[cell] = found
     return held
 
 
@@ -1216,9 +1239,11 @@ def embedding_sync_stages(run: RunConfig, placed: Sequence[Layer], model_name: s
 
 def embedding_sync_bytes(run: RunConfig, memory: MemoryModel, model_name: str) -> float:
     """The word-embedding gradient one rank all-reduces: its vocab/tp × h shard (padded vocabulary) in
-    the gradient's dtype (`main_grad`, finalize_model_grads.py `_allreduce_embedding_grad`)."""
+    the gradient's dtype (`main_grad`, finalize_model_grads.py `_allreduce_embedding_grad`); the whole
+    table under MindFormers' `vocab_emb_dp` (`kinds.vocab_rows`)."""
     vocab, hidden = run.vocab_size(model_name), run.spec(model_name).hidden_size
-    return per_rank(vocab, run.parallel.tp) * hidden * memory.setup.grad_bytes
+    whole = run.framework == "mindformers" and run.parallel.vocab_emb_dp
+    return (vocab if whole else per_rank(vocab, run.parallel.tp)) * hidden * memory.setup.grad_bytes
 
 
 def _embedding_sync(run, memory, links, placed) -> float:

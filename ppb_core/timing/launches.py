@@ -70,7 +70,9 @@ the CI golden-value commits 11debfa7b4 / adc69dba2d; TransformerEngine d0067d0d)
   embedding gradient (zero-fill, sort, segment offsets, sums, scatter: 6) and DDP's main-gradient add;
 - the MoE router's gating GEMM (moe_utils.py `RouterGatingLinearFunction`, d98e8a64): one TE GEMM
   forward, which writes the router dtype itself; backward its two GEMMs, under `--moe-router-dtype`
-  the weight and input cast to it and the two gradients cast back (4), and DDP's hook adding the
+  the weight and input cast to it and the two gradients cast back (4; before core_v0.13.0 the forward
+  cast the input and the weight, the backward the two gradients: 2 and 2, fp32 over a 16-bit dtype counted
+  as the op's side passes, `flops._router_cast_passes`), and DDP's hook adding the
   weight's gradient into its main gradient whatever the gradient-accumulation fusion (the function
   returns the gradient: `grad_added_to_main_grad` is never set); the routing after it (`router_topk`)
   by the router's settings, `ppb_core.timing.router` (`Op.launches`);
@@ -371,7 +373,9 @@ def op_launches(
             gemms = kernels if op.sequential else (1.0 + (groups - 1) * cpp_gemm_share) * n / fused
             forward, backward = gemms, 2 * gemms + (0.0 if wgrad_fused else accumulate_kernels * kernels)
             if last == "router":  # DDP's main-gradient add always; the casts under --moe-router-dtype
-                backward = 2 * kernels + kernels + (ROUTER_CASTS if router_cast else 0)
+                # (where the op prices them as its side passes, `flops._router_cast_passes`, they count there)
+                casts = ROUTER_CASTS if router_cast and not any(op.side_bytes) else 0
+                backward = 2 * kernels + kernels + casts
             if fp8_recipe is not None and op.fp8:
                 extra_forward, extra_backward = fp8_quantize_launches(
                     op, fp8_recipe, norm_fed, cpp_gemm_share, swizzles

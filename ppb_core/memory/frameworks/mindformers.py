@@ -39,11 +39,13 @@ from ppb_core.memory.frameworks.base import FrameworkRules
 from ppb_core.memory.setup import MemorySetup
 from ppb_core.memory.static import StaticBytes, static_bytes
 from ppb_core.model.geometry import kv_heads_per_rank, per_rank
-from ppb_core.model.kinds import BodyKind, HeadKind, LayerKind, Moe, TailKind
+from ppb_core.model.kinds import BodyKind, HeadKind, LayerKind, Moe, TailKind, vocab_rows
 from ppb_core.model.params import LayerParams, norm_params
 
 # the fp32 master copy that the optimizers' default state bytes count (run.py `OPTIMIZER_STATE_BYTES`)
 MASTER_COPY_BYTES = 4
+# a float32 logit: the models cast the head's logits to float32 before the loss
+LOGIT_BYTES = 4
 
 # One weight as MindSpore's optimizer parallel sees it: its elements on one tensor-parallel rank, its first
 # dimension whole, and whether tensor parallelism splits that first dimension.
@@ -97,14 +99,27 @@ def _split(params: LayerParams, kind: LayerKind | None, setup: MemorySetup, shar
         sharded = sum(w[0] for w in weights if _sharded(w, setup, shard))
         return sharded, params.non_expert - sharded
     if isinstance(kind, (HeadKind, TailKind)):
-        table = per_rank(kind.vocab_size, setup.tp) * kind.hidden_size
+        table = vocab_rows(kind, setup.tp) * kind.hidden_size
         holds = isinstance(kind, HeadKind) or (kind.has_output and not kind.tied and not kind.mtp_layers)
         shardable = setup.embedding_optimizer_shard if isinstance(kind, HeadKind) else not kind.tied
-        weight = (table, kind.vocab_size, setup.tp > 1)
-        if holds and shardable and _sharded(weight, setup, shard) and table <= params.non_expert:
+        weight = (table, kind.vocab_size, setup.tp > 1 and not kind.vocab_replicated)
+        group = _shard_group(kind, setup, shard)
+        if holds and shardable and _sharded(weight, setup, group) and table <= params.non_expert:
             return table, params.non_expert - table
         return 0, params.non_expert
     return params.non_expert, 0  # vision parts: not MindFormers' LLaMA; every element taken as sharded
+
+
+def _shard_group(kind: LayerKind | None, setup: MemorySetup, shard: int) -> int:
+    """Ranks MindSpore shards a layer's weights over: *shard* (the data-parallel group or
+    `optimizer_weight_shard_size`), and for a vocabulary table whole on every TP rank (`vocab_emb_dp`) every rank
+    holding it, dp x cp x tp (operator_info.cc `OperatorInfo::CreateGroupForOptShard`: the devices
+    `GetDevicesByTensorMap` finds for the weight's tensor map, a `(1, 1)` strategy splitting it over none; an
+    `optimizer_weight_shard_size` cuts that group into groups of its size)."""
+    replicated = isinstance(kind, (HeadKind, TailKind)) and kind.vocab_replicated
+    if not replicated or setup.optimizer_shard_size:
+        return shard
+    return shard * setup.tp
 
 
 def optimizer_shards(
@@ -119,7 +134,7 @@ def optimizer_shards(
     shard = setup.optimizer_shard_size or setup.data_group
     expert_shard = setup.optimizer_shard_size or setup.expert_data_group
     sharded, whole = _split(params, kind, setup, shard)
-    if shard <= 1:
+    if _shard_group(kind, setup, shard) <= 1:
         sharded, whole = 0, params.non_expert
     expert = params.expert if expert_shard > 1 else 0
     return LayerParams(sharded, expert), LayerParams(whole, params.expert - expert)
@@ -154,7 +169,7 @@ class MindFormersRules(FrameworkRules):
         shard = setup.optimizer_shard_size or setup.data_group
         expert_shard = setup.optimizer_shard_size or setup.expert_data_group
         sharded, whole = _split(params, kind, setup, shard)
-        held = -(-sharded // shard) + whole + -(-params.expert // expert_shard)
+        held = -(-sharded // _shard_group(kind, setup, shard)) + whole + -(-params.expert // expert_shard)
         every = params.non_expert + params.expert
         # the gradient of a parameter has its dtype; MindSpore reduce-scatters it into the shard in the backward
         # (the AllGather's backward), and keeps the accumulation buffer `accu_grads` whole unless
@@ -185,6 +200,22 @@ class MindFormersRules(FrameworkRules):
             optimizer_bytes=held * moment_bytes(setup),
             held_through_step_bytes=gathered,
         )
+
+    def loss_bytes(
+        self, kind: TailKind, params: LayerParams, setup: MemorySetup, before: LayerParams | None = None
+    ) -> float:
+        """SAPP's counts hold no loss transient; what a whole-vocabulary head (`vocab_emb_dp`, `kinds.vocab_rows`)
+        holds beyond a vocabulary-parallel one's is added to them. Its logits are whole on every TP rank: the
+        model's float32 Cast reads the 16-bit logits and writes every logit (DeepseekV2ForCausalLM / LlamaForCausalLM
+        `construct`: `self.cast(logits, mstype.float32)`, no strategy, so on the whole vocabulary) before
+        MindSpore's redistribution slices the loss's share; its backward the slice's gradient (StridedSliceGrad:
+        every logit in float32, zeros beside the share) and the Cast back to 16 bits, both alive at once, where a
+        vocabulary-parallel loss writes the 16-bit gradient of its share alone. Backward, the larger: N·(V·(4 + bc)
+        - V/tp·bc), N the micro-batch's tokens on a rank."""
+        if not (kind.has_output and kind.vocab_replicated and setup.tp > 1):
+            return 0.0
+        share, whole, bc = per_rank(kind.vocab_size, setup.tp), kind.vocab_size, setup.dtype_bytes
+        return setup.tokens * (whole * (LOGIT_BYTES + bc) - share * bc)
 
     def parameter_working_bytes(
         self,
