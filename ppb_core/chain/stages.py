@@ -179,6 +179,7 @@ def pipeline_plan(
             placed, time_limit_s, progress=hook, price=iteration_price(run), overrun=overrun, limits=limits, **cuts
         ),
         overrun,
+        hook,
     )
     add_torchtitan(result, run)  # a torchtitan run's job TOML lines, as `ppb balance` prints
     # in seconds, each stage's peak as `ppb check` prices the plan: what `ppb balance RUN.yaml` gives

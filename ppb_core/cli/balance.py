@@ -248,6 +248,7 @@ def run(args: argparse.Namespace) -> int:
                 **cuts,
             ),
             overrun,
+            hook,
         )
     solve_s = time.perf_counter() - started  # wall clock: the text summary's, never the JSON's (not repeatable)
     if result.get("cells"):  # with no plan the refusal below says what stopped it
