@@ -189,7 +189,7 @@ def balance(parser: argparse.ArgumentParser) -> None:
         type=float,
         default=None,
         help="MB every stage holds besides its layers (default: from a run config, the largest "
-        "working set of one layer's backward; from layers.json, 0)",
+        "working set of one layer's backward; from a layers.json, its stage_const_mem, 0 without one)",
     )
     parser.add_argument(
         "--schedule",
