@@ -78,7 +78,9 @@ def plan(parser: argparse.ArgumentParser) -> None:
 
 def estimate(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("run_config", help="a run config (configs/*.yaml)")
-    parser.add_argument("--json", action="store_true", help="print the estimate as JSON (the README states its keys)")
+    parser.add_argument(
+        "--json", action="store_true", help="print the estimate as JSON (docs/memory.md states its keys)"
+    )
     parser.add_argument(
         "--buffer-rule",
         default="layered",
