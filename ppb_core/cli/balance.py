@@ -449,8 +449,10 @@ def render(result: dict[str, Any], solve_s: float, memory_from: str = "") -> Non
             console.print(escape(line), soft_wrap=True)
         ties = result.get("ties")
         if ties:
-            # the room the memory model leaves on the fullest stage where it priced them, else the balancer's
-            fullest = max(row["peak_mb"] for row in result["stages"]) if peaks else None
+            # the room the memory model leaves on the fullest stage where it priced them, else the balancer's;
+            # what the caching allocator reserves beyond the peak (torchtitan FSDP2's pools) is not room, as
+            # `ppb check` counts it (its free MB; until session 34 this line left it in)
+            fullest = max(row["peak_mb"] + row.get("allocator_mb", 0.0) for row in result["stages"]) if peaks else None
             free = ties["headroom_mb"] if fullest is None else given["memory_mb"] - fullest
             console.print(
                 f"among equally fast plans: recompute time {seconds(time_of(ties, 'recompute_time'))}, "
