@@ -393,8 +393,8 @@ def megatron_headline(said: Mapping[str, Any], priced: Mapping[str, Any] | None 
         lines.append(
             (
                 "Megatron-LM flags are",
-                f"the fastest plan it can say ({alternative['setting']}), {alternative['slower_by']:.2%} slower"
-                + (f": iteration {priced['seconds']:,.3f} s" if priced else ""),
+                f"the fastest plan it can say ({alternative['setting']}), {alternative['slower_by']:.2%} slower by the "
+                "layers' schedule" + (f": iteration {priced['seconds']:,.3f} s" if priced else ""),
             )
         )
     if said.get("layout_only"):

@@ -350,8 +350,19 @@ def _print_yaml(console: Console, result: dict[str, Any], given: dict[str, Any])
     console.print("To put in the MindFormers / HyperParallel yaml:")
     for key in ("offset", "recompute", "select_recompute", "select_comm_recompute"):
         console.print(f"  {key}: {result[key]}")
-    for key, value in _dotted(interleave_keys(given["interleave"])):
-        console.print(escape(f"  {key}: {value}"))
+    if given.get("schedule") == "dualpipev":
+        # MindSpore's `pipeline_config.pipeline_scheduler` (a05ce588 `set_pipeline_config`: 1f1b, gpipe, seqpipe,
+        # seqvpp, seqsmartvpp) has no DualPipeV, and MindFormers' `LayerSetting` (fd4deebc) places chunk 1 in stage
+        # order, not DualPipeV's V: the interleave keys would run these counts as interleaved 1F1B, with the
+        # model's last layers on another stage than the plan priced. Until session 34 they were printed.
+        console.print(
+            "  (MindFormers runs no DualPipeV: MindSpore's pipeline_scheduler has no such schedule and MindFormers "
+            "places chunk 1 in stage order; the lists are the cells' layers as DualPipeV holds them, chunk 1 "
+            "stage 0 the model's last)"
+        )
+    else:
+        for key, value in _dotted(interleave_keys(given["interleave"])):
+            console.print(escape(f"  {key}: {value}"))
     empty = [
         f"(chunk {v}, stage {s})"
         for v, row in enumerate(result.get("cells") or [])
@@ -463,8 +474,10 @@ def render(result: dict[str, Any], solve_s: float, memory_from: str = "") -> Non
             console.print(escape(line), soft_wrap=True)
         ties = result.get("ties")
         if ties:
-            # the room the memory model leaves on the fullest stage where it priced them, else the balancer's
-            fullest = max(row["peak_mb"] for row in result["stages"]) if peaks else None
+            # the room the memory model leaves on the fullest stage where it priced them, else the balancer's;
+            # what the caching allocator reserves beyond the peak (torchtitan FSDP2's pools) is not room, as
+            # `ppb check` counts it (its free MB; until session 34 this line left it in)
+            fullest = max(row["peak_mb"] + row.get("allocator_mb", 0.0) for row in result["stages"]) if peaks else None
             free = ties["headroom_mb"] if fullest is None else given["memory_mb"] - fullest
             console.print(
                 f"among equally fast plans: recompute time {seconds(time_of(ties, 'recompute_time'))}, "

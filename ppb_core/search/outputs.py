@@ -384,7 +384,7 @@ def _megatron_note(plan: dict[str, Any]) -> str:
         )
     elif said.get("flags_of") == "alternative" and alternative:
         slower = alternative.get("slower_by")
-        cost = f", {100 * slower:.2f}% slower than the plan" if slower is not None else ""
+        cost = f", {100 * slower:.2f}% slower than the plan by the layers' schedule" if slower is not None else ""
         lines.append(
             f"# so these flags are the fastest plan Megatron-Core can say ({alternative.get('setting', '')}){cost}; "
             f"the plan's own layout alone, {said.get('layout_only', '')}, is not runnable as priced"
