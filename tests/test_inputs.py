@@ -551,6 +551,29 @@ CASES: list[tuple[str, dict[str, str | bytes | Sparse], list[str], list[str]]] =
             "--kv-channels",
         )
     ),
+    # TOML that tomllib cannot read but by raising: a RecursionError traceback (nesting), a ValueError one (an
+    # integer past Python's 4,300-digit conversion limit), through `import torchtitan` and `check --plan`.
+    (
+        "job-toml-nested",
+        {"job.toml": "a = " + "[" * 5000 + "]" * 5000 + "\n"},
+        ["import", "torchtitan", "job.toml", "--gpus", "8", "--device", "h100-80gb", "-o", "run.yaml"],
+        ["job.toml: nested more than ppb's limit of 64 deep"],
+    ),
+    (
+        "job-toml-5000-digits",
+        {"job.toml": "a = " + "9" * 5000 + "\n"},
+        ["import", "torchtitan", "job.toml", "--gpus", "8", "--device", "h100-80gb", "-o", "run.yaml"],
+        ["job.toml: not TOML: an integer of thousands of digits"],
+    ),
+    (
+        "check-job-toml-nested",
+        {
+            "r.yaml": (ROOT / "configs" / "llama3.1-8b-torchtitan.yaml").read_text(),
+            "job.toml": "[parallelism]\na = " + "[" * 5000 + "]" * 5000 + "\n",
+        },
+        ["check", "r.yaml", "--plan", "job.toml", "--no-optimum", "-q"],
+        ["job.toml: nested more than ppb's limit of 64 deep"],
+    ),
     (
         "megatron-group-topk-without-groups",
         {},
