@@ -574,6 +574,20 @@ CASES: list[tuple[str, dict[str, str | bytes | Sparse], list[str], list[str]]] =
         ["check", "r.yaml", "--plan", "job.toml", "--no-optimum", "-q"],
         ["job.toml: nested more than ppb's limit of 64 deep"],
     ),
+    # A command's output and bash arithmetic ppb does not evaluate were said to be "a shell variable the script does
+    # not assign".
+    (
+        "megatron-command-substitution",
+        {"t.sh": "TP=`nproc`\ntorchrun pretrain_gpt.py " + MOE_FLAGS + " --tensor-model-parallel-size $TP\n"},
+        ["import", "megatron", "t.sh", "--gpus", "8", "--device", "h100-80gb"],
+        ["t.sh: --tensor-model-parallel-size: '`nproc`' is a command's output, which ppb does not run"],
+    ),
+    (
+        "megatron-arithmetic-power",
+        {"r.yaml": run_yaml(), "t.sh": "torchrun pretrain_gpt.py --tensor-model-parallel-size $((2**1))\n"},
+        ["check", "r.yaml", "--plan", "t.sh", "--no-optimum", "-q"],
+        ["--tensor-model-parallel-size is '$((2**1))', shell arithmetic ppb does not evaluate"],
+    ),
     (
         "megatron-group-topk-without-groups",
         {},
