@@ -252,6 +252,16 @@ CASES: list[tuple[str, dict[str, str | bytes | Sparse], list[str], list[str]]] =
         ["estimate", "r.yaml"],
         ["c.json", "kinds.0.settings.0"],
     ),
+    # A census of another build of the kind: "(measured: dense)" beside the run's 'dense' did not say what differs.
+    (
+        "census-of-another-build",
+        {
+            "r.yaml": run_yaml(models=[{"name": "llm", "config": "hf/llama3-8b.json", "census": "c.json"}]),
+            "c.json": census_json(lambda d: None),
+        },
+        ["estimate", "r.yaml"],
+        ["c.json: kinds: no census of the run's layer kind 'dense'", "its dense differs in attention,"],
+    ),
     (
         "census-micro-batch-size-infinity",
         {
