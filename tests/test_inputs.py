@@ -491,6 +491,13 @@ CASES: list[tuple[str, dict[str, str | bytes | Sparse], list[str], list[str]]] =
         ["p.csv: is the input"],
     ),
     ("census-over-its-config", {}, ["census", "hf/llama3-8b.json", "-o", "hf/llama3-8b.json"], ["is the input"]),
+    # Two models of one name: "two models share a name" did not say which.
+    (
+        "models-share-a-name",
+        {"r.yaml": run_yaml(models=[{"name": "llm", "config": "hf/llama3-8b.json"}] * 2)},
+        ["estimate", "r.yaml"],
+        ["r.yaml: models.1.name: 'llm' is also models.0's name"],
+    ),
     (
         "census-a-folder",
         {"r.yaml": run_yaml(models=[{"name": "llm", "config": "hf/llama3-8b.json", "census": "hf"}])},
