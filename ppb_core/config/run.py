@@ -2540,7 +2540,10 @@ def _check_run(run: RunConfig, where: str) -> None:
             raise InputError(where, f"device.{name}", f"no memory left after reserved_mb{held}")
     names = run.model_names
     if len(set(names)) != len(names):
-        raise InputError(where, "models", "two models share a name")
+        twice = next(index for index, name in enumerate(names) if name in names[:index])
+        raise InputError(
+            where, f"models.{twice}.name", f"{shown(names[twice])} is also models.{names.index(names[twice])}'s name"
+        )
     for group in run.ppb.combined:
         for model, _ in group:
             if model not in names:
