@@ -446,6 +446,42 @@ CASES: list[tuple[str, dict[str, str | bytes | Sparse], list[str], list[str]]] =
         ["n_layer"],
     ),
     (
+        "gpt2-n-inner-0",
+        {
+            "r.yaml": hf_run(),
+            "hf/x.json": json.dumps(
+                {"model_type": "gpt2", "vocab_size": 50257, "n_embd": 768, "n_layer": 12, "n_head": 12, "n_inner": 0}
+            ),
+        },
+        ["estimate", "r.yaml"],
+        ["hf/x.json: n_inner"],
+    ),
+    # A key YAML reads as a number at the top of the file: `RunConfig(**raw)` raised TypeError.
+    ("run-config-number-key", {"r.yaml": "1: 2\n" + run_yaml()}, ["estimate", "r.yaml"], ["r.yaml: 1: ", "strings"]),
+    (
+        "search-spec-number-key",
+        {
+            "s.yaml": "7: x\nmodels: [{name: llm, config: hf/llama3-8b.json}]\ndevices: 8\ndevice: {name: h100-80gb}\n"
+            "training: {seq_length: 1024, global_batch_tokens: 65536}\nlimits: {pp: [1, 2]}\n"
+        },
+        ["search", "s.yaml"],
+        ["s.yaml: 7: ", "strings"],
+    ),
+    # An output over a file the run config names: `describe -o hf/llama3-8b.json` replaced the model's config.json.
+    (
+        "describe-over-config-json",
+        {"r.yaml": run_yaml()},
+        ["describe", "r.yaml", "-o", "hf/llama3-8b.json"],
+        ["hf/llama3-8b.json: is the input"],
+    ),
+    (
+        "balance-over-calibration",
+        {"r.yaml": run_yaml(memory={"calibration": "p.csv"}), "p.csv": "stage,peak_mb\n0,23000\n1,17500\n"},
+        ["balance", "r.yaml", "-o", "p.csv"],
+        ["p.csv: is the input"],
+    ),
+    ("census-over-its-config", {}, ["census", "hf/llama3-8b.json", "-o", "hf/llama3-8b.json"], ["is the input"]),
+    (
         "census-a-folder",
         {"r.yaml": run_yaml(models=[{"name": "llm", "config": "hf/llama3-8b.json", "census": "hf"}])},
         ["estimate", "r.yaml"],
@@ -496,6 +532,24 @@ CASES: list[tuple[str, dict[str, str | bytes | Sparse], list[str], list[str]]] =
         {"r.yaml": DEEPSEEK_RUN, "hf/x.json": hf("deepseek-v3.json", n_group=None)},
         ["estimate", "r.yaml"],
         ["hf/x.json: topk_group:", "needs n_group"],
+    ),
+    # Megatron-LM sizes of 0: --num-attention-heads 0 raised ZeroDivisionError (hidden % heads); --vocab-size 0 said
+    # "NullTokenizer needs --vocab-size", given; --kv-channels 0 named the run config's head_dim.
+    *(
+        (
+            f"megatron{flag}-0",
+            {},
+            ["import", "megatron", f"{MOE_FLAGS} {flag} 0", "--gpus", "8", "--device", "h100-80gb"],
+            [f"LAUNCH: {flag}: must be positive, got 0"],
+        )
+        for flag in (
+            "--num-attention-heads",
+            "--hidden-size",
+            "--num-layers",
+            "--seq-length",
+            "--vocab-size",
+            "--kv-channels",
+        )
     ),
     (
         "megatron-group-topk-without-groups",
@@ -690,6 +744,7 @@ def test_an_output_that_is_the_commands_input_is_refused(tmp_path: Path, capsys,
     """`ppb balance run.yaml -o run.yaml` replaced the run config with the plan's JSON (exit 0)."""
     run = tmp_path / "run.yaml"
     run.write_text(run_yaml())
+    shutil.copytree(HF, tmp_path / "hf")  # the run config is read before its outputs are checked against its inputs
     script = tmp_path / "train.sh"
     script.write_text("torchrun pretrain_gpt.py --num-layers 2\n")
     before = {run: run.read_text(), script: script.read_text()}

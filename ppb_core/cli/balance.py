@@ -37,9 +37,12 @@ from ppb_core.balance.torchtitan_settings import runnable as torchtitan_runnable
 from ppb_core.cli.calibrations import applied as applied_calibrations
 from ppb_core.cli.calibrations import print_memory_calibration, print_time_calibration
 from ppb_core.cli.console import progress_hook, table_console, warn_if_clock_stopped
+from ppb_core.config.run import RunConfig
 from ppb_core.errors import InputError, shown
+from ppb_core.estimate.held_back import held_back_line, thin_headroom
 from ppb_core.estimate.inputs import load_run
 from ppb_core.estimate.plan import iteration_price, plan_overrun_mb, speedup_words, time_unit_s, with_stage_peaks
+from ppb_core.estimate.run import device_summary
 from ppb_core.estimate.seconds import plan_in_seconds
 from ppb_core.io import atomic_write_text, check_output
 from ppb_core.payload.run import describe_run
@@ -108,10 +111,13 @@ def problem_from_args(args: argparse.Namespace) -> tuple[Any, bool, Any]:
                 source, "--interleave", f"must be a positive integer or 'auto', got {shown(interleave_text)}"
             ) from None
         _positive(interleave, "--interleave", source, limits.CHUNKS, "chunks per stage")
-    if args.out:
+    from_run = path.suffix.lower() in (".yaml", ".yml")
+    if args.out and not from_run:
         check_output(args.out, inputs=(path,))
-    if path.suffix.lower() in (".yaml", ".yml"):
+    if from_run:
         run = load_run(path)
+        if args.out:  # nor over a file the run config names
+            check_output(args.out, inputs=(path, *run.files_read()))
         par = run.parallel
         _check_sizes(
             args.stages or par.pp,
@@ -274,7 +280,25 @@ def run(args: argparse.Namespace) -> int:
         if run_config is not None:
             memory_from = "--memory" if args.memory is not None else "the device less device.reserved_mb"
         render(result, solve_s, memory_from)
+        if run_config is not None and args.memory is None:
+            _say_held_back(run_config, result)
     return 0
+
+
+def _say_held_back(run: RunConfig, result: dict[str, Any]) -> None:
+    """What the device holds back for the runtime, and the plan's stages whose free memory is below what the
+    runtime takes beyond it (`estimate.held_back`), as `ppb estimate` and `ppb check` say them."""
+    device = device_summary(run)
+    console = table_console()
+    console.print(escape(held_back_line(device)))
+    usable = run.device.usable_mb
+    free = (
+        (row["stage"], usable - row["peak_mb"] - row.get("allocator_mb", 0.0))
+        for row in result.get("stages", [])
+        if "peak_mb" in row
+    )
+    for warning in thin_headroom(device, free):
+        console.print(f"[yellow]warning:[/yellow] {escape(warning)}")
 
 
 def _no_plan(result: dict[str, Any], args: argparse.Namespace) -> tuple[str, str]:
