@@ -102,6 +102,10 @@ class WorkLimits:
     # schedule ops the stage exchanges after the listing may run (`local.exchange`)
     exchange_work: int = 200_000_000
     seed_work: int = 4_000_000  # schedule ops run to find seed paths under random weightings
+    # schedule ops the nudged path family may run (`bounds.nudged_family`, at V = 1: the schedule once per stage,
+    # 2·m·P ops each), else only the drain family's row is added: at P=512, m=256 it is 134 million, the first bound
+    # after over seven minutes of wall clock (load 10); the 128 layers at P=64, m=128: 1 million
+    family_work: int = 50_000_000
     # array elements the listing of stage choices may grow (numpy, ~1e8 a second), per catalogue
     listing_work: int = 300_000_000
     # stage choices listed in all, at most, else the listing counts as cut: a program over more is too
