@@ -65,3 +65,16 @@ def test_within_its_nonzeros_the_program_is_searched_as_before(problem: BalanceI
     unlimited = solve(problem, limits=WorkLimits(program_nonzeros=10**12))
     assert (unlimited.objective, unlimited.bound, unlimited.plan) == (full.objective, full.bound, full.plan)
     assert not any("not searched" in note for note in full.notes)
+
+
+def test_past_its_ops_the_nudged_family_is_left_out_and_said() -> None:
+    """At V = 1 the nudged path family runs the schedule once per stage (P=4, m=8: 4 × 64 ops); with no ops
+    allowed only the drain family's row is added, said in the notes, and the answer still bounds the optimum."""
+    problem = BalanceInput(layer_set(LAYERS), 4, 8, 1, 2600.0)
+    full = solve(problem)
+    lean = solve(problem, limits=WorkLimits(family_work=0))
+    assert not any("nudged path family" in note for note in full.notes)
+    assert "nudged path family: not added, its 4 schedules of 64 ops each are over the 0 ops it may run" in lean.notes
+    assert lean.plan is not None and lean.objective is not None and lean.bound is not None
+    assert full.objective is not None and full.stopped_by == "optimal"
+    assert lean.bound <= full.objective * (1 + 1e-9) <= lean.objective * (1 + 1e-9)

@@ -1216,7 +1216,16 @@ def _solve(
     if problem.chunks == 1 and not clock.out:
         # families that pay off where a stage is a cell (V = 1); for V > 1 the bisection costs more
         # than the rows gain (docs/balance.md)
-        for family in (drain_family(problem), nudged_family(problem)):
+        # the nudged family runs the schedule once per stage (2·m·P ops each): past `family_work` only the drain
+        families = [drain_family(problem)]
+        if ops * problem.stages <= limits.family_work:
+            families.append(nudged_family(problem))
+        else:
+            notes.append(
+                f"nudged path family: not added, its {problem.stages} schedules of {ops:,} ops each are over the "
+                f"{limits.family_work:,} ops it may run"
+            )
+        for family in families:
             common, level = family_row(problem, choices, family, tau, limits.check_work, clock)
             family_rows.append((common, level))
             _add_family_row(model, common, level)

@@ -102,6 +102,10 @@ class WorkLimits:
     # schedule ops the stage exchanges after the listing may run (`local.exchange`)
     exchange_work: int = 200_000_000
     seed_work: int = 4_000_000  # schedule ops run to find seed paths under random weightings
+    # schedule ops the nudged path family may run (`bounds.nudged_family`, at V = 1: the schedule once per stage,
+    # 2·m·P ops each), else only the drain family's row is added: at P=512, m=256 it is 134 million, the first bound
+    # after over seven minutes of wall clock (load 10); the issue's 128 layers at P=64, m=128: 1 million
+    family_work: int = 50_000_000
     # array elements the listing of stage choices may grow (numpy, ~1e8 a second), per catalogue
     listing_work: int = 300_000_000
     # stage choices listed in all, at most, else the listing counts as cut: a program over more is too
@@ -110,11 +114,11 @@ class WorkLimits:
     stage_choices: int = 20_000
     # nonzeros a program searched by branch and bound may have (its rows and path rows), else it is not searched
     # (nor tie-broken): its root runs HiGHS's implied-bound probing over every fractional choice, with no limit
-    # checked inside (HighsImplications::separateImpliedBounds, ERGO-Code/HiGHS 73cac48), and past a million
-    # nonzeros that ran tens of minutes of one round (1,024 layers at P=64, V=8: the cell program over 9,729 cell
-    # choices, 2.25 million nonzeros, its first round's root over 20 minutes); the issue's instances' programs
-    # have under 100,000 (llama2_70b.json at P=16, V=2: 95,586; 128 layers at P=64: 77,000 with its seed paths)
-    program_nonzeros: int = 1_000_000
+    # checked inside (HighsImplications::separateImpliedBounds, ERGO-Code/HiGHS 73cac48). Measured (1,024 layers):
+    # P=512's closed form, 530,947 nonzeros, proven at its root in 2.7 CPU s; its critical path program, 983,674
+    # (1,149 path rows), and P=64 V=8's cell program, 2,263,850, each ran its first round's root over 20 minutes.
+    # The issue's instances' programs have under 100,000 (llama2_70b.json at P=16, V=2: 95,586)
+    program_nonzeros: int = 750_000
     # the program over cell choices (when the stage listing is cut) lists at most this many cell
     # choices, else it is not built: its nodes grow slow past that (27,687 choices: 20 nodes, ~45 s)
     cell_choices: int = 30_000
