@@ -11,10 +11,13 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
+import yaml
 
+from ppb_core.balance.torchtitan_import import import_torchtitan, torchtitan_run_config
 from ppb_core.cli.main import main
 from ppb_core.config.devices import DEVICE_CATALOG
 from ppb_core.config.run import Parallel, parse_run_config
@@ -164,8 +167,6 @@ def test_held_back_line_and_thin_headroom() -> None:
 
 
 def test_estimate_prints_what_it_holds_back(tmp_path, capsys) -> None:
-    import yaml
-
     run = tmp_path / "run.yaml"
     run.write_text(yaml.safe_dump(_raw("auto")))
     assert main(["estimate", str(run), "--no-times"]) == 0
@@ -175,9 +176,6 @@ def test_estimate_prints_what_it_holds_back(tmp_path, capsys) -> None:
 
 
 def test_a_torchtitan_import_holds_the_runtime_back() -> None:
-
-    from ppb_core.balance.torchtitan_import import import_torchtitan, torchtitan_run_config
-
     job = (Path(__file__).parent / "data" / "torchtitan" / "llama3_8b.toml").read_text()
     imported = import_torchtitan(job, 8, "h100-80gb")
     assert imported.raw["device"] == {"name": "h100-80gb", "reserved_mb": "auto"}
@@ -189,8 +187,6 @@ def test_a_torchtitan_import_holds_the_runtime_back() -> None:
 
 
 def test_check_warns_where_a_plan_leaves_less_than_the_runtime_takes(tmp_path, capsys) -> None:
-    import json
-
     configs = Path(__file__).parent.parent / "configs"
     text = (configs / "llama3-8b.yaml").read_text()
     text = text.replace("config: hf/llama3-8b.json", f"config: {configs / 'hf' / 'llama3-8b.json'}")

@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from ppb_core.config.run import RunConfig
+if TYPE_CHECKING:
+    from ppb_core.config.run import RunConfig
 
 CP_VARIANTS: tuple[str, ...] = ("ring", "ulysses", "all_gather", "hierarchical")
 
