@@ -126,22 +126,29 @@ def _ranked(breakdown: dict[str, float]) -> Ranked:
 
 
 def test_each_strategy_after_the_first_says_where_it_loses() -> None:
-    """The table's `behind #1 (where)`: the seconds over the first and the breakdown parts grown most.
-    By hand: compute 2.000 → 2.010 (+0.010), bubble 0.300 → 0.420 (+0.120), DP comm 0.050 → 0.080
-    (+0.030), optimizer 0.040 → 0.040 (0), p2p 0.020 → 0.0204 (+0.0004, under a millisecond: left out);
-    total 2.410 → 2.5704, +0.1604 s; the two grown most are the bubble, then DP comm."""
+    """The table's `behind #1 (where)`: the growth over the first and the breakdown parts grown most, in
+    milliseconds under a second. By hand: compute 2.000 → 2.010 (+0.010), bubble 0.300 → 0.420 (+0.120),
+    DP comm 0.050 → 0.080 (+0.030), optimizer 0.040 → 0.040 (0), p2p 0.020 → 0.0204 (+0.0004, under a
+    hundredth of the growth: left out); total 2.410 → 2.5704, +0.1604 s = +160 ms; the two grown most are the
+    bubble, then DP comm."""
     first = _ranked({"compute": 2.0, "bubble": 0.3, "dp_communication": 0.05, "optimizer": 0.04, "p2p": 0.02})
     second = _ranked({"compute": 2.01, "bubble": 0.42, "dp_communication": 0.08, "optimizer": 0.04, "p2p": 0.0204})
-    assert behind(first, second) == "+0.160 s: bubble +0.120, DP comm +0.030"
-    # grown by less than a millisecond everywhere (p2p +0.0004): the seconds alone
+    assert behind(first, second) == "+160 ms: bubble +120, DP comm +30.0"
+    # grown by 0.4 ms in p2p alone: said, and where ("+0.000 s" until session 34)
     third = _ranked({"compute": 2.0, "bubble": 0.3, "dp_communication": 0.05, "optimizer": 0.04, "p2p": 0.0204})
-    assert behind(first, third) == "+0.000 s"
+    assert behind(first, third) == "+0.400 ms: p2p +0.400"
     # slower for one part although another shrank: FSDP comm +0.200 (0 → 0.2), compute −0.100 not named
     fourth = _ranked(
         {"compute": 1.9, "bubble": 0.3, "dp_communication": 0.05, "optimizer": 0.04, "p2p": 0.02,
          "fsdp_communication": 0.2}
     )  # fmt: skip
-    assert behind(first, fourth) == "+0.100 s: FSDP comm +0.200"
+    assert behind(first, fourth) == "+100 ms: FSDP comm +200"
+    # a second or more: in seconds (bubble 0.3 → 1.8, +1.500 s)
+    fifth = _ranked({"compute": 2.0, "bubble": 1.8, "dp_communication": 0.05, "optimizer": 0.04, "p2p": 0.02})
+    assert behind(first, fifth) == "+1.500 s: bubble +1.500"
+    # the same seconds by another split of the same terms: a tie, not "+0.000 s"
+    same = _ranked({"compute": 2.0, "bubble": 0.3, "dp_communication": 0.04, "optimizer": 0.05, "p2p": 0.02})
+    assert behind(first, same) == "tie"
 
 
 def test_screening_a_large_grid_shows_each_part_screened(capsys) -> None:

@@ -234,7 +234,9 @@ def import_megatron(
         "models": [{"name": "gpt", "spec": spec, "pad_vocab_multiple": pad_multiple}],
         "parallel": parallel,
         "training": training,
-        "device": {"name": device},
+        # held back for the CUDA context and NCCL's buffers of this layout's communicators, not 0
+        # (`ppb_core.config.runtime_reserve`)
+        "device": {"name": device, "reserved_mb": "auto"},
         "timing": _timing(args, notes),
     }
     entries = _ub_entries(args, read_file, notes)

@@ -28,6 +28,7 @@ class Progress:
 
     # start | listing | listing_work | closed_form | exchange | start_plan | probing | bound | round | tie_break
     # | round_search | megatron | setting_start | torchtitan | least_memory | least_memory_search | done
+    # | memory_refit (`fitting`: the plan over the memory model by some MB, solved again)
     phase: str
     message: str
     seconds: float
@@ -107,6 +108,13 @@ class WorkLimits:
     # large to search (32 alternating layers, a body type each, at P=4, V=2: 70,108 for the closed form,
     # whose first bisection step's program ran minutes); the issue's instances list at most 1,000
     stage_choices: int = 20_000
+    # nonzeros a program searched by branch and bound may have (its rows and path rows), else it is not searched
+    # (nor tie-broken): its root runs HiGHS's implied-bound probing over every fractional choice, with no limit
+    # checked inside (HighsImplications::separateImpliedBounds, ERGO-Code/HiGHS 73cac48), and past a million
+    # nonzeros that ran tens of minutes of one round (1,024 layers at P=64, V=8: the cell program over 9,729 cell
+    # choices, 2.25 million nonzeros, its first round's root over 20 minutes); the issue's instances' programs
+    # have under 100,000 (llama2_70b.json at P=16, V=2: 95,586; 128 layers at P=64: 77,000 with its seed paths)
+    program_nonzeros: int = 1_000_000
     # the program over cell choices (when the stage listing is cut) lists at most this many cell
     # choices, else it is not built: its nodes grow slow past that (27,687 choices: 20 nodes, ~45 s)
     cell_choices: int = 30_000

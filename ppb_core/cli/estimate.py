@@ -7,11 +7,13 @@ import json
 import sys
 from dataclasses import replace
 
+from rich.markup import escape
 from rich.table import Table
 
 from ppb_core.cli.calibrations import print_memory_calibration, print_time_calibration
 from ppb_core.cli.console import table_console
 from ppb_core.errors import InputError, shown
+from ppb_core.estimate.held_back import held_back_line, thin_headroom
 from ppb_core.estimate.inputs import load_run
 from ppb_core.estimate.run import Estimate, estimate
 from ppb_core.memory import BUFFER_RULES, MemoryModel
@@ -143,7 +145,8 @@ def print_tables(result: Estimate) -> None:
         title=f"Stages ({run.get('framework', 'megatron')}; body layers at {options}), MB per device",
         caption="MB of 2**20 bytes; activations × micro-batches in flight per chunk; working: the largest backward's "
         "working set; loss: what the loss adds on the stage of the TAIL (the output layer); reserved: the run "
-        "config's device.reserved_mb (CUDA context, NCCL), outside the peak; peak: the largest moment (backward, "
+        "config's device.reserved_mb (the runtime's context and communication buffers: CUDA's and NCCL's on a GPU), "
+        "outside the peak; peak: the largest moment (backward, "
         "loss, gradient reduction, optimizer step), allocated, as `ppb balance`, `ppb check` and the plan report "
         "print it (--json's peak_bytes adds reserved_bytes); at full: the peak with every body layer fully "
         "recomputed; usable: the device less reserved; fits: the peak within usable, with what torch's caching "
@@ -203,6 +206,10 @@ def print_tables(result: Estimate) -> None:
             f"async TP's symmetric workspace: {shown_mb} MB a device (torch's get_symm_mem_workspace, outside the "
             "caching allocator; fits counts it)"
         )
+    console.print(escape(held_back_line(run["device"])))
+    free = ((p.stage, (usable_bytes(p) - allocated_bytes(p) - p.allocator_bytes) / MB) for p in result.stages)
+    for warning in thin_headroom(run["device"], free):
+        console.print(f"[yellow]warning:[/yellow] {escape(warning)}")
     print_memory_calibration(console, run)
     if result.stages_at_full:
         highest = max(result.stages_at_full, key=allocated_bytes)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 import time
 from typing import Any
@@ -316,16 +317,37 @@ BREAKDOWN_WORDS = {
 }
 
 
+# seconds apart, relative to the first's, under which two ranked iterations are a tie: float sums' noise
+TIE_RELATIVE = 1e-9
+
+
 def behind(first: Ranked, entry: Ranked, terms: int = 2) -> str:
     """Why *entry* loses to the first: its seconds over the first's, and the (at most *terms*) parts of
-    `run_iteration`'s breakdown that grew most, each as its growth (`+0.120 s: bubble +0.100, DP comm +0.030`);
-    parts grown by under a millisecond are left out."""
+    `run_iteration`'s breakdown that grew most, each as its growth (`+0.160 s: bubble +0.120, DP comm +0.030`);
+    "tie" where the two take the same seconds. Under a second the growth is said in milliseconds to three
+    significant figures (`+0.412 ms: p2p +0.400`): three decimals of a second said "+0.000 s" behind a
+    sub-second #1 (torchtitan Llama-3.1-8B, 0.98 s) until session 34. Parts grown by under a hundredth of
+    the whole growth are left out."""
+    delta = entry.seconds - first.seconds
+    if abs(delta) <= TIE_RELATIVE * abs(first.seconds):
+        return "tie"
     grown = sorted(
         ((entry.breakdown.get(key, 0.0) - first.breakdown.get(key, 0.0), key) for key in BREAKDOWN_WORDS),
         key=lambda pair: (-pair[0], list(BREAKDOWN_WORDS).index(pair[1])),
     )
-    parts = [f"{BREAKDOWN_WORDS[key]} +{delta:.3f}" for delta, key in grown[:terms] if delta >= 0.0005]
-    return f"+{entry.seconds - first.seconds:.3f} s" + (f": {', '.join(parts)}" if parts else "")
+    in_ms = abs(delta) < 1.0
+    named = [(part, key) for part, key in grown[:terms] if part > 0 and part >= 0.01 * abs(delta)]
+    parts = [f"{BREAKDOWN_WORDS[key]} +{_figures(part * 1e3) if in_ms else f'{part:.3f}'}" for part, key in named]
+    head = f"+{_figures(delta * 1e3)} ms" if in_ms else f"+{delta:,.3f} s"
+    return head + (f": {', '.join(parts)}" if parts else "")
+
+
+def _figures(value: float, digits: int = 3) -> str:
+    """*value* to *digits* significant figures, without an exponent (`160`, `12.3`, `0.412`, `0.000412`)."""
+    if value == 0:
+        return "0"
+    decimals = max(0, digits - 1 - math.floor(math.log10(abs(value))))
+    return f"{value:,.{decimals}f}"
 
 
 def _launch(console: Console, spec: SearchSpec, result: SearchResult) -> None:

@@ -304,6 +304,18 @@ CHANGES: dict[str, Change] = {
         "every MTP layer sits on the last pipeline stage (multi_token_prediction.py `get_mtp_num_layers_to_build`: "
         '"we only support put all of MTP layers on the last pipeline stage")',
     ),
+    "mtp_loss_frees_logits": Change(
+        MEGATRON_CORE,
+        "9d71cb1cd2",
+        "2026-02-04",
+        (0, 17),
+        "multi_token_prediction.py `process_mtp_loss` runs each MTP head's output layer and loss and returns, so "
+        "its 16-bit logits are gone before the model's own output layer runs; before, from d7bf5aaaa8 "
+        "(`layout_holds_mtp`), `GPTModel._postprocess` ran that loop itself and its local `mtp_logits` (the last "
+        "head's) lived on through the main output layer and loss's forward, to the function's return (gpt_model.py "
+        "at 11debfa7b4); before d7bf5aaaa8 `MultiTokenPredictionBlock.forward` computed the MTP loss and dropped "
+        "its logits on return",
+    ),
     "fsdp_grads_own_dtype": Change(
         MEGATRON_CORE,
         "adfe9e11d9",

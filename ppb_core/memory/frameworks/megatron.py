@@ -117,6 +117,16 @@ Each rule names the file and function it follows; docs/frameworks.md tabulates t
   queries, `b·(s/cp)·s` bytes) and `forward_step` holds through the micro-batch's forward, loss included:
   the Transformer Engine spec's causal attention reads none of it and keeps nothing of it, and it is freed
   when `forward_step` returns. So the loss's forward holds it beside the logits (`loss_bytes`).
+* **An MTP head's logits through the model's loss (Megatron-Core 0.15 and 0.16).** From d7bf5aaaa8
+  (2025-08-26) `GPTModel._postprocess` runs each MTP head's output layer and cross-entropy in its own loop,
+  and its local `mtp_logits` (the last head's 16-bit logits, which the loss does not save) stays alive
+  through the model's own output layer and loss's forward until the function returns (gpt_model.py at
+  11debfa7b4, the golden values of the CI's MoE-MLA memory_speed case); 9d71cb1cd2 (2026-02-04,
+  core_v0.17.0) moved the loop into multi_token_prediction.py `process_mtp_loss`, whose return frees them,
+  and before d7bf5aaaa8 `MultiTokenPredictionBlock.forward` dropped them on its return. So in between the
+  loss's forward holds `bc·T·⌈v/t⌉` more (`loss_bytes`; `releases.CHANGES["mtp_loss_frees_logits"]`), not
+  under TE's loss, whose MTP heads save their logits anyway. The measured case holds no more at its peak:
+  its fused loss's backward, with the scatter copy, is the larger.
 * **The loss's stage after the loss.** Both cross-entropies save the fp32 softmax, the target mask and
   the masked target index (`ctx.save_for_backward`); their backward returns the softmax storage as
   the gradient, which autograd casts to the 16-bit logits' dtype (the fp32 one then dropped) and
@@ -724,6 +734,18 @@ def dataloader_mask_bytes(setup: MemorySetup) -> float:
     return setup.micro_batch_size * setup.seq_length / setup.cp * setup.seq_length
 
 
+def mtp_logits_held_bytes(kind: TailKind, setup: MemorySetup) -> float:
+    """The last MTP head's 16-bit logits, alive through the model's loss's forward under Megatron-Core 0.15 and
+    0.16 (module docstring, "An MTP head's logits"): `bc·T·⌈v/t⌉` where the TAIL holds MTP heads and the loss,
+    else 0 (`te_loss` keeps them as the MTP loss's saved tensor, counted in the TAIL)."""
+    release = setup.release
+    if not (kind.mtp_layers and kind.has_output) or te_loss(setup):
+        return 0.0
+    if not release.holds("layout_holds_mtp") or release.holds("mtp_loss_frees_logits"):
+        return 0.0
+    return setup.dtype_bytes * setup.tokens * per_rank(kind.vocab_size, setup.tp)
+
+
 # The TAIL's terms each cross-entropy saves for its backward (`freed_before_backward_bytes`).
 LOSS_SAVED = ("logits_softmax", "labels")
 
@@ -978,14 +1000,16 @@ class MegatronRules(FrameworkRules):
     ) -> float:
         """The 16-bit logits next to the fp32 softmax and the micro-batch's causal mask (forward), or the
         16-bit gradient with the fused loss's fp32 scatter copy beside it (backward), the larger (module
-        docstring); none on a standalone MTP's MTP chunk (no output layer)."""
+        docstring); the forward also the last MTP head's logits under Megatron-Core 0.15 and 0.16
+        (`mtp_logits_held_bytes`); none on a standalone MTP's MTP chunk (no output layer)."""
         if not kind.has_output:
             return 0.0
         if te_loss(setup):  # in place on the kept logits: the per-row buffers beside the mask
             return te_loss_row_bytes(setup) + dataloader_mask_bytes(setup)
         logits = setup.tokens * per_rank(kind.vocab_size, setup.tp)
         scatter_copy = STATS_BYTES * logits if setup.cross_entropy_fusion else 0.0
-        return setup.dtype_bytes * logits + max(dataloader_mask_bytes(setup), scatter_copy)
+        forward = dataloader_mask_bytes(setup) + mtp_logits_held_bytes(kind, setup)
+        return setup.dtype_bytes * logits + max(forward, scatter_copy)
 
     def first_call_bytes(self, kind: TailKind, params: LayerParams, setup: MemorySetup) -> float:
         """The fused loss's compiled backward autotuning at its first call under PyTorch before 2.6: a device
