@@ -153,7 +153,9 @@ def _fuzz(files, flags, command, examples: int) -> tuple[dict, dict[str, str]]:
             code: object = command(*arguments)
         except BaseException as err:  # every failure is reported, none stops the run
             code = type(err).__name__
-            failures.setdefault(f"{code}: {str(err)[:100]}", traceback.format_exc(limit=-3))
+            # the input with the trace: a failure Hypothesis' random run found is gone once the run ends
+            shown = "\n".join(f"   input {index}: {argument!r:.4000}" for index, argument in enumerate(arguments))
+            failures.setdefault(f"{code}: {str(err)[:100]}", traceback.format_exc(limit=-3) + shown)
         codes[code] = codes.get(code, 0) + 1
 
     run = settings(

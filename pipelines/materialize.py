@@ -164,6 +164,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         error(HOME_HINT)
         return EXIT_BAD_INPUT
     run_configs = RunConfigs(config_dir=dg.EnvVar(CONFIG_DIR_ENV).get_value("") or "")
+    folder = run_configs.directory()
+    if not folder.is_dir():  # said as the folder it is, not as "no such run config ... (found: none)"
+        what = "is a file, not a folder of run configs" if folder.exists() else "no such folder"
+        error(f"${CONFIG_DIR_ENV}={run_configs.config_dir!r}: {what}")
+        return EXIT_BAD_INPUT
     found = run_configs.discover()
     keys = [partition_of(key, found) for key in args.keys]
     for key in keys:

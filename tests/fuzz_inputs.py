@@ -523,10 +523,19 @@ def import_toml_command(data: bytes) -> int:
     return check_command({"job.toml": data}, argv)
 
 
+# A complete small launch (Megatron-LM requires these flags) the fuzzed flags follow, and so override
+IMPORT_BASE = (
+    b"--num-layers 8 --hidden-size 1024 --num-attention-heads 16 --seq-length 2048 --max-position-embeddings 2048 "
+    b"--micro-batch-size 1 --global-batch-size 64 --vocab-size 32000 --tokenizer-type NullTokenizer --bf16 "
+)
+
+
 def import_megatron_command(data: bytes) -> int:
-    """`ppb import megatron` of a launch script on 64 H100s (`check --plan` reads the same flags against a run)."""
+    """`ppb import megatron` of a launch script on 64 H100s (`check --plan` reads the same flags against a run),
+    its launch line given the flags Megatron-LM requires first."""
+    launch = b"torchrun pretrain_gpt.py "
     argv = ["import", "megatron", "train.sh", "--gpus", "64", "--device", "h100-80gb", "-o", "run.yaml"]
-    return check_command({"train.sh": data}, argv)
+    return check_command({"train.sh": data.replace(launch, launch + IMPORT_BASE)}, argv)
 
 
 # Search specs (searches/*.yaml's form) small enough that a valid one is searched in seconds: a 4-layer spec model

@@ -499,6 +499,15 @@ CASES: list[tuple[str, dict[str, str | bytes | Sparse], list[str], list[str]]] =
         ["r.yaml: models.1.name: 'llm' is also models.0's name"],
     ),
     (
+        "search-models-share-a-name",
+        {
+            "s.yaml": "models: [{name: llm, config: hf/llama3-8b.json}, {name: llm, config: hf/llama3-8b.json}]\n"
+            "devices: 8\ndevice: {name: h100-80gb}\ntraining: {seq_length: 1024, global_batch_tokens: 65536}\n"
+        },
+        ["search", "s.yaml"],
+        ["s.yaml: models: 'llm' names two models (models 0 and 1)"],
+    ),
+    (
         "census-a-folder",
         {"r.yaml": run_yaml(models=[{"name": "llm", "config": "hf/llama3-8b.json", "census": "hf"}])},
         ["estimate", "r.yaml"],

@@ -160,6 +160,22 @@ def test_a_storage_that_cannot_be_used_is_one_line_before_any_run(
     assert sorted(path.name for path in tmp_path.iterdir()) == ["afile"]  # no instance, no tables
 
 
+@pytest.mark.parametrize(
+    ("folder", "said"), [("afile", "is a file, not a folder of run configs"), ("none", "no such folder")]
+)
+def test_a_config_dir_that_is_no_folder_is_said_as_such(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], folder: str, said: str
+) -> None:
+    """$PPB_CONFIG_DIR a file, or missing: it said "afile/llama3-8b.yaml: no such run config ... (found: none)"."""
+    (tmp_path / "afile").write_text("")
+    monkeypatch.setenv("PPB_CONFIG_DIR", str(tmp_path / folder))
+    monkeypatch.setenv("DAGSTER_HOME", str(tmp_path / "home"))
+    assert main(["llama3-8b"]) == 2
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line == f"python -m pipelines: error: $PPB_CONFIG_DIR={str(tmp_path / folder)!r}: {said}"
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["afile"]
+
+
 def test_a_run_config_outside_the_folder_says_how_to_build_it(tmp_path: Path) -> None:
     """A user's own run config elsewhere (`python -m pipelines ~/runs/l70b.yaml`) was "no such run config" with the
     shipped names listed; it exists, so the line says the folder it must be in and PPB_CONFIG_DIR."""

@@ -16,7 +16,7 @@ import os
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import Field, PositiveFloat, PositiveInt, ValidationError, model_validator
+from pydantic import Field, PositiveFloat, PositiveInt, ValidationError, field_validator
 
 from ppb_core import limits
 from ppb_core.config.hf import read_hf_config
@@ -191,13 +191,15 @@ class SearchSpec(StrictModel):
     source: str = Field("", exclude=True)
     base_dir: str = Field(".", exclude=True)
 
-    @model_validator(mode="after")
-    def _names(self) -> SearchSpec:
-        names = [m.name for m in self.models]
+    @field_validator("models")
+    @classmethod
+    def _names(cls, models: list[SubModel]) -> list[SubModel]:
+        """One name a model: said on `models`, where it was said of the whole spec."""
+        names = [m.name for m in models]
         if len(set(names)) != len(names):
             twice = next(index for index, name in enumerate(names) if name in names[:index])
             raise ValueError(f"{names[twice]!r} names two models (models {names.index(names[twice])} and {twice})")
-        return self
+        return models
 
     @property
     def seq_length(self) -> int:
