@@ -42,14 +42,14 @@ def test_each_local_expert_takes_every_ep_ranks_copies(bench, rows):
 
 def test_h100_expert_gemms_pooled_and_one_by_one_by_hand(bench, rows):
     # H100 FP8 (current scaling): twice 989 TFLOP/s at MAMF's 0.709, times the step's back-to-back share
-    # 0.869 (`FP8_LAYER_GEMM_SHARE_H100`), over 132 SMs: 9.232e12 FLOP/s an SM; a 128x128 tile (intensity 64:
-    # full rate) over k = 2048: 2·128·128·2048 / that = 7.268 us.
-    per_sm = 2 * 989e12 * 0.709 * 0.869 / 132
+    # 0.872 (`FP8_LAYER_GEMM_SHARE_H100`), over 132 SMs: 9.264e12 FLOP/s an SM; a 128x128 tile (intensity 64:
+    # full rate) over k = 2048: 2·128·128·2048 / that = 7.244 us.
+    per_sm = 2 * 989e12 * 0.709 * 0.872 / 132
     tile_us = 2 * 128 * 128 * 2048 / per_sm * 1e6
     # fc1 forward, 2048 x 1536 an expert (MBS 1): 16·12 = 192 tiles, 2 waves of 132 (256-wide tiles: 96,
-    # one wave of twice the time, no better): 14.54 us; 16 experts one by one 232.6 us. Pooled: 3,072
-    # tiles, ⌈23.3⌉ = 24 waves: 174.4 us.
-    # fc1 weight gradient, 2048 x 1536 over k = 2048 rows: the same 192 tiles of 7.268 us, the same waves.
+    # one wave of twice the time, no better): 14.49 us; 16 experts one by one 231.8 us. Pooled: 3,072
+    # tiles, ⌈23.3⌉ = 24 waves: 173.9 us.
+    # fc1 weight gradient, 2048 x 1536 over k = 2048 rows: the same 192 tiles of 7.244 us, the same waves.
     found = {label: (pooled, serial) for label, _, pooled, serial in bench.expert_gemms(rows[H100_ROW])}
     for label in ("experts_in forward", "experts_in wgrad"):
         pooled, serial = found[label]

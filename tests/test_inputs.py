@@ -446,6 +446,28 @@ CASES: list[tuple[str, dict[str, str | bytes | Sparse], list[str], list[str]]] =
         ["n_layer"],
     ),
     (
+        "gpt2-n-inner-0",
+        {
+            "r.yaml": hf_run(),
+            "hf/x.json": json.dumps(
+                {"model_type": "gpt2", "vocab_size": 50257, "n_embd": 768, "n_layer": 12, "n_head": 12, "n_inner": 0}
+            ),
+        },
+        ["estimate", "r.yaml"],
+        ["hf/x.json: n_inner"],
+    ),
+    # A key YAML reads as a number at the top of the file: `RunConfig(**raw)` raised TypeError.
+    ("run-config-number-key", {"r.yaml": "1: 2\n" + run_yaml()}, ["estimate", "r.yaml"], ["r.yaml: 1: ", "strings"]),
+    (
+        "search-spec-number-key",
+        {
+            "s.yaml": "7: x\nmodels: [{name: llm, config: hf/llama3-8b.json}]\ndevices: 8\ndevice: {name: h100-80gb}\n"
+            "training: {seq_length: 1024, global_batch_tokens: 65536}\nlimits: {pp: [1, 2]}\n"
+        },
+        ["search", "s.yaml"],
+        ["s.yaml: 7: ", "strings"],
+    ),
+    (
         "census-a-folder",
         {"r.yaml": run_yaml(models=[{"name": "llm", "config": "hf/llama3-8b.json", "census": "hf"}])},
         ["estimate", "r.yaml"],

@@ -133,6 +133,19 @@ HOST_KERNEL_US_DGX_B200 = round(HOST_KERNEL_US_DGX_H100 * 3.8 / 4.0, 1)
 # (Blackwell's tile rule, `GEMM_FULL_INTENSITY_B200`) puts at 0.52-0.70 us: 4.24, 4.31, 4.44 and 4.63 us
 # beyond them, median 4.4 (tests/test_timing_public_runs.py derives it by hand).
 GEMM_KERNEL_US_B200 = 4.4
+# H100's (and H200's) FP8 GEMM kernels pay the fixed time its BF16 ones do, 5.3 us (`fp8_gemm_kernel_us`). No
+# CUPTI table times Hopper's FP8 kernels (XLA's sm_90 table holds BF16 and f32 products only), but NVIDIA's
+# aiconfigurator times TensorRT-LLM's per-tensor FP8 Linear and its BF16 one on an H100 SXM in one harness
+# (ai-dynamo/aiconfigurator 095f58a, systems/data/h100_sxm/gemm/trtllm/1.3.0rc20/gemm_perf.parquet, "collected":
+# 3 warm-ups, 6 CUDA-graph replays) and the FP8 op's input cast alone (its quantize tables, computescale_perf +
+# scale_matrix_perf): at its 18 smallest products (m 256 and 512, n and k 256-1024) the FP8 GEMM less its cast
+# takes a median 3.80 us beyond ppb's FP8 tiles, the BF16 one 2.42 beyond its tiles (each shape's FP8 excess
+# over BF16's 0.92-1.96 us): a small FP8 kernel takes no less than a BF16 one. On B200, where XLA's CUPTI table
+# times both, FP8's fixed time is BF16's within 0.3 us (4.7 against 4.4) where the same harness reads 1.0 more:
+# taken as sm_90's BF16 figure, the lower of what the two sources allow (tests/test_timing_public_runs.py). Before,
+# 0: a small FP8 GEMM priced at a tenth of a BF16 one's time. H800's entry keeps 0 (its one FP8 row runs
+# DeepGEMM's kernels, `fp8_tile_overhead_us`, whose measured H800 rates were read without a fixed time).
+FP8_GEMM_KERNEL_US_HOPPER = 5.3
 # The same for its FP8 GEMMs (`fp8_gemm_kernel_us`): the table's e4m3 x e4m3 -> bf16 products (per-tensor
 # scales, cuBLASLt), 256x256x256 at 4.85 us, 256x512x256 at 5.41, 256x256x512 at 5.09, 512x256x256 at
 # 5.22, against 0.35-0.53 us of FP8 tiles: 4.50, 5.04, 4.56, 4.85 beyond them, median 4.7.
@@ -281,8 +294,10 @@ FP8_QUANTIZE_SHARE_BLACKWELL = round((1495269376 + 987758592) * 5 / ((9.147 - 6.
 # H100 NVL (350-400 W) and PCIe (300-350 W, 114 SMs) parts are held lower still (H100 datasheet). Ppb's tiles
 # at H100's MAMF price the 12 GEMMs at 16,384 tokens at 25.585 ms (BF16) and 14.452 ms (FP8, beside which ppb
 # prices TE's casts apart, 1.278 ms: `TimeModel._cast_bytes`, the FP8 GEMM ops' 1.578 ms beyond their tiles
-# less the 0.300 of bias passes the BF16 ones carry too): the benchmark's loop runs at 25.585 / 30.214 = 0.847
-# and 14.452 / (17.916 - 1.278) = 0.869 of that (tests/test_timing_blackwell_layer_gemms.py). MAMF
+# less the 0.300 of bias passes the BF16 ones carry too; each of the 12 kernels with its fixed time, 5.3 us,
+# `FP8_GEMM_KERNEL_US_HOPPER`: 14.452 ms of tiles and 0.064 ms, 14.516 ms): the benchmark's loop runs at
+# 25.585 / 30.214 = 0.847 and 14.516 / (17.916 - 1.278) = 0.872 of that (tests/test_timing_blackwell_layer_gemms.py;
+# 0.869 while FP8 kernels carried no fixed time). MAMF
 # (ml-engineering mamf-finder.py `benchmark_mm`, 744d01e) times each GEMM after a 256 MiB memset and an
 # output copy, which at its best H100 shape (2048x2048x13312, 0.14 ms) take ~0.09 ms of each ~0.23 ms
 # round: it runs at a lower GEMM duty, and power, than a layer's back-to-back GEMMs. Horace
@@ -296,7 +311,7 @@ FP8_QUANTIZE_SHARE_BLACKWELL = round((1495269376 + 987758592) * 5 / ((9.147 - 6.
 # over the H200 on a compute-bound DGEMM); each at its own MAMF, as Blackwell's parts take the B300's share.
 # The H800 left at 1 (its one row runs DeepGEMM at that kernel's own measured H800 rates, bench/public_runs.py).
 LAYER_GEMM_SHARE_H100 = round(25.585 / 30.214, 3)  # 0.847
-FP8_LAYER_GEMM_SHARE_H100 = round(14.452 / (17.916 - 1.278), 3)  # 0.869
+FP8_LAYER_GEMM_SHARE_H100 = round((14.452 + 12 * FP8_GEMM_KERNEL_US_HOPPER * 1e-3) / (17.916 - 1.278), 3)  # 0.872
 # The same share on the 400 W A100 SXM (`layer_gemm_share`), from the one public loop of a large 16-bit GEMM
 # on random data, 4.3 ms a call: Horace He, "Strangely, Matrix Multiplications on GPUs Run Faster When Given
 # 'Predictable' Data" (thonking.ai, 2024; runs of 2022): cuBLAS at 8192x8192x8192 on an A100 reaches 258
@@ -401,7 +416,8 @@ class DeviceProfile:
     gemm_kernel_us: float = 0.0
     # The same fixed time for an FP8 GEMM kernel, where measured: B200, XLA's sm_100 table
     # (`FP8_GEMM_KERNEL_US_B200`), per-tensor scales; MXFP8's block-scaled kernels are taken alike (no
-    # public small-shape table). 0 elsewhere (H800's DeepGEMM kernels carry `fp8_tile_overhead_us`).
+    # public small-shape table); H100 and H200 their BF16 kernels' (`FP8_GEMM_KERNEL_US_HOPPER`). 0 elsewhere
+    # (H800's DeepGEMM kernels carry `fp8_tile_overhead_us`).
     fp8_gemm_kernel_us: float = 0.0
     # Whether a GEMM tile's store overlaps the next tile's main loop: CUTLASS 3's warp-specialized
     # persistent kernels on Hopper and Blackwell (cuBLAS's sm90 kernels) do; Ampere's one-tile-per-CTA
@@ -688,6 +704,7 @@ DEVICE_CATALOG: dict[str, DeviceProfile] = {
         persistent_gemms=True,
         nic_efficiency=0.94,
         gemm_kernel_us=5.3,
+        fp8_gemm_kernel_us=FP8_GEMM_KERNEL_US_HOPPER,
         layer_gemm_share=LAYER_GEMM_SHARE_H100,
         fp8_layer_gemm_share=FP8_LAYER_GEMM_SHARE_H100,
         blockwise_matmul_ratio=BLOCKWISE_MATMUL_RATIO_HOPPER,
@@ -717,6 +734,7 @@ DEVICE_CATALOG: dict[str, DeviceProfile] = {
         fp8_matmul_efficiency=0.734,
         nic_efficiency=0.94,
         gemm_kernel_us=5.3,
+        fp8_gemm_kernel_us=FP8_GEMM_KERNEL_US_HOPPER,
         # back to back at the H100 SXM's shares of the tiles at MAMF (`LAYER_GEMM_SHARE_H100`: same die, 700 W)
         layer_gemm_share=LAYER_GEMM_SHARE_H100,
         fp8_layer_gemm_share=FP8_LAYER_GEMM_SHARE_H100,

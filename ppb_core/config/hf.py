@@ -409,7 +409,9 @@ def _gpt2(f: _Fields) -> dict[str, Any]:
         "hidden_size": hidden,
         "num_layers": f.need("n_layer"),
         "num_attention_heads": f.need("n_head"),
-        "intermediate_size": inner or 4 * hidden,
+        # transformers 5.25 GPT2Block: `config.n_inner if config.n_inner is not None else 4 * hidden_size`, so 0 is a
+        # width (refused by ModelSpec), not "unset"
+        "intermediate_size": 4 * hidden if inner is None else inner,
         "activation": f.activation("activation_function"),
         "norm": "layernorm",
         "norm_bias": True,

@@ -2772,7 +2772,7 @@ def parse_run_config(raw: Any, source: str | Path = "<run config>", base_dir: st
     raw = dict(raw)
     raw.setdefault("name", Path(where).stem)
     try:
-        run = RunConfig(**raw)
+        run = RunConfig.model_validate(raw)
     except ValidationError as err:
         if "parallel" not in raw and ("devices" in raw or "limits" in raw):  # `ppb estimate searches/x.yaml`
             field = "devices" if "devices" in raw else "limits"

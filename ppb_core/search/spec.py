@@ -351,7 +351,7 @@ def parse_search_spec(raw: Any, source: str | Path = "<search spec>", base_dir: 
     if "training" in raw:
         raw["training"] = _check_training(raw["training"], where)
     try:
-        spec = SearchSpec(**raw)
+        spec = SearchSpec.model_validate(raw)
     except ValidationError as err:
         raise pydantic_error(err, where, SearchSpec) from None
     for index, form in enumerate(spec.limits.recompute or ()):
