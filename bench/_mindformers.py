@@ -1024,3 +1024,81 @@ def mindformers_v130_rows() -> list[dict[str, Any]]:
             }
         )
     return rows
+
+
+# ---------------------------------------------------------------------------------------------
+# MindFormers' Mixtral 8x7B card (session 34, in the "MindFormers" group): a MoE at model_parallel 1
+
+# research/mixtral/mixtral.md at bc419f8a5 (2024-09-09, "补充模型性能"; the table gone by 9cbd56466,
+# 2024-09-24), "以下模型性能均由Atlas 900 A2 PoDc硬件环境下测试得出": mixtral-8x7b, Finetune,
+# alpaca_data, SeqLength 4096, 1678 tokens/s/p; its config research/mixtral/finetune_mixtral-8x7b.yaml at that
+# commit: data_parallel 8, model_parallel 1, expert_parallel 8, pipeline_stage 2 (16 devices; the card:
+# "全参微调Atlas 800T A2芯片至少需要二机16卡"), micro_batch_num 16, use_seq_parallel False,
+# runner_config.batch_size 1, full recompute (`recompute: True`), flash attention, compute and param_init float16
+# (DynamicLossScaleUpdateCell), rotary_dtype float16, jit_level O2, the parallel optimizer on (threshold 64),
+# model_config.offset 0; moe_config expert_num 8, num_experts_chosen 2, capacity_factor 1.1, routing_policy
+# TopkRouterV2 (MoEV2 in llama_transformer.py `LLamaDecodeLayer` at that commit, `use_past` off), enable_sdrop True,
+# router_dense_type float32. The model: LlamaConfig hidden 4096, 32 layers and heads, n_kv_heads 8,
+# intermediate_size 14336 (each expert's SwiGLU width), vocabulary 32000. The global batch is base_trainer.py
+# `_check_global_batch_size_for_auto_parallel` at bc419f8a5 with stages: 1 · 8 · 16 = 128 sequences. Priced as its
+# code runs: MoEV2 at mp 1 (flops.mindformers_moev2: each rank's micro-batch dispatched into 8 experts × 1127 slots,
+# ⌈2 · 4096 · 1.1 / 8⌉, all-to-all'd over the 8 data-parallel ranks by `transpose_4dim_dp1`'s redistribution,
+# `dp_moe` 1), jit_level O2 (the generic fused counts). Not priced: enable_sdrop's routing order (its sort and
+# OneHot over 8 experts), the router's float32 dense and aux loss; `vocab_emb_dp: True` changes nothing at mp 1.
+MIXTRAL = "mindspore-lab/mindformers research/mixtral/mixtral.md (bc419f8a5)"
+MIXTRAL_8X7B = {
+    "vocab_size": 32000,
+    "hidden_size": 4096,
+    "num_layers": 32,
+    "num_attention_heads": 32,
+    "num_key_value_heads": 8,
+    "intermediate_size": 14336,
+    "num_experts": 8,
+    "experts_per_token": 2,
+    "moe_intermediate_size": 14336,
+}
+MIXTRAL_ROW = Card(
+    "Mixtral 8x7B finetune",
+    ATLAS_900_A2,
+    "research/mixtral/finetune_mixtral-8x7b.yaml",
+    1678.0,
+    MIXTRAL_8X7B,
+    seq_length=4096,
+    dp=8,
+    mp=1,
+    pp=2,
+    batch_size=1,
+    accumulation=1,
+    micro_batch_num=16,
+    full_recompute=True,
+    dtype="fp16",
+    jit_level="O2",
+    rotary_dtype="fp16",
+    expert_parallel=8,
+    capacity_factor=1.1,
+    seq_parallel=False,
+)
+
+
+def mindformers_mixtral_rows() -> list[dict[str, Any]]:
+    """The Mixtral card's row as bench/public_runs.py's PublicRun fields."""
+    card = MIXTRAL_ROW
+    tokens = card.sequences * card.seq_length
+    return [
+        {
+            "name": f"MindFormers {card.name} ({card.devices} 910B, DP{card.dp} EP{card.expert_parallel} "
+            f"PP{card.pp}, {card.hardware})",
+            "source": f"{MIXTRAL}, {card.yaml}",
+            "raw": card_raw(card),
+            "published": f"{card.tokens_per_s_per_device:,.0f} tokens/s per device",
+            "seconds": tokens / (card.tokens_per_s_per_device * card.devices),
+            "plan": card.plan(),
+            "assumptions": (
+                "tokens/s/p as the step's tokens over its seconds and the devices",
+                f"{card.hardware} as the catalog's ascend-910b",
+                "a fine-tuning step priced as a pre-training step (same layers, full loss)",
+                "MindSpore's parallel optimizer (enable_parallel_optimizer, the yaml's parallel_optimizer_config)",
+                "jit_level O2: the generic fused op counts",
+            ),
+        }
+    ]

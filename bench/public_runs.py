@@ -68,7 +68,8 @@ Sources:
 - BLOOM 176B (BigScience tr11, Megatron-DeepSpeed, 384 A100 80GB): the logged seconds of one iteration
   at the end of its first epoch, settings from its launch script (bench/_bigscience.py).
 - MindFormers' Llama 3.1 8B fine-tuning throughput on 8 Ascend 910B (research/llama3_1/README.md and
-  its config, bench/_mindformers.py).
+  its config, bench/_mindformers.py), and its Mixtral 8x7B card's on 16 (research/mixtral/mixtral.md at bc419f8a5,
+  a MoE at model_parallel 1; session 34).
 - MindFormers' model cards at v1.4.0-beta2 (a4dfb8219): every training tokens/s/p on Atlas 800T A2 or
   Atlas 900 A2 PoDc (Ascend 910B) whose yaml at that commit states a setting ppb can price; the rows
   left out and why are in bench/_mindformers.py. A group of their own.
@@ -114,8 +115,10 @@ from _mindformers import (  # noqa: E402
     CARDS,
     CARDS_V130,
     MINDFORMERS,
+    MIXTRAL,
     SKIPPED_V130,
     mindformers_card_rows,
+    mindformers_mixtral_rows,
     mindformers_rows,
     mindformers_v130_rows,
 )
@@ -697,8 +700,8 @@ def _paper_runs() -> list[PublicRun]:
 
 
 def _mindformers_runs() -> list[PublicRun]:
-    """MindFormers' published Ascend throughput (bench/_mindformers.py)."""
-    return [PublicRun(**row) for row in mindformers_rows()]
+    """MindFormers' published Ascend throughputs: Llama 3.1 8B's and Mixtral 8x7B's (bench/_mindformers.py)."""
+    return [PublicRun(**row) for row in (*mindformers_rows(), *mindformers_mixtral_rows())]
 
 
 def _mindformers_card_runs() -> list[PublicRun]:
@@ -824,7 +827,7 @@ GROUPS = {
     "other torchtitan benchmark": lambda source: source.startswith(TITAN_SOURCES),
     "torchtitan docs/performance.md (2024)": lambda source: source.startswith(DOCS_SOURCES),
     "BLOOM": lambda source: source.startswith(BLOOM),
-    "MindFormers": lambda source: source.startswith(MINDFORMERS),
+    "MindFormers": lambda source: source.startswith((MINDFORMERS, MIXTRAL)),
     "MindFormers model-card": lambda source: source.startswith(CARDS),
     "Narayanan 2021 Table 1, SC21 scripts": lambda source: source == NARAYANAN,
     "MT-NLG 530B, micro-batch unstated": lambda source: source == MTNLG,

@@ -569,8 +569,9 @@ def _tight_run(tmp_path: Path) -> Path:
     job.write_text(REST + PP4 + '[activation_checkpoint]\nmode = "full"\n')
     run = tmp_path / "run.yaml"
     assert main(["import", "torchtitan", str(job), "--gpus", "8", "--device", "h100-80gb", "-o", str(run)]) == 0
-    text = run.read_text().replace(
-        "device:\n  name: h100-80gb", "device:\n  name: h100-80gb\n  memory_mb: 36000\n  reserved_mb: 0"
+    text = run.read_text().replace(  # the import's `reserved_mb: auto` replaced by 36,000 MB usable, as stated
+        "device:\n  name: h100-80gb\n  reserved_mb: auto",
+        "device:\n  name: h100-80gb\n  memory_mb: 36000\n  reserved_mb: 0",
     )
     assert text != run.read_text()
     run.write_text(text)

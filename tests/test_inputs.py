@@ -467,6 +467,20 @@ CASES: list[tuple[str, dict[str, str | bytes | Sparse], list[str], list[str]]] =
         ["search", "s.yaml"],
         ["s.yaml: 7: ", "strings"],
     ),
+    # An output over a file the run config names: `describe -o hf/llama3-8b.json` replaced the model's config.json.
+    (
+        "describe-over-config-json",
+        {"r.yaml": run_yaml()},
+        ["describe", "r.yaml", "-o", "hf/llama3-8b.json"],
+        ["hf/llama3-8b.json: is the input"],
+    ),
+    (
+        "balance-over-calibration",
+        {"r.yaml": run_yaml(memory={"calibration": "p.csv"}), "p.csv": "stage,peak_mb\n0,23000\n1,17500\n"},
+        ["balance", "r.yaml", "-o", "p.csv"],
+        ["p.csv: is the input"],
+    ),
+    ("census-over-its-config", {}, ["census", "hf/llama3-8b.json", "-o", "hf/llama3-8b.json"], ["is the input"]),
     (
         "census-a-folder",
         {"r.yaml": run_yaml(models=[{"name": "llm", "config": "hf/llama3-8b.json", "census": "hf"}])},
@@ -518,6 +532,24 @@ CASES: list[tuple[str, dict[str, str | bytes | Sparse], list[str], list[str]]] =
         {"r.yaml": DEEPSEEK_RUN, "hf/x.json": hf("deepseek-v3.json", n_group=None)},
         ["estimate", "r.yaml"],
         ["hf/x.json: topk_group:", "needs n_group"],
+    ),
+    # Megatron-LM sizes of 0: --num-attention-heads 0 raised ZeroDivisionError (hidden % heads); --vocab-size 0 said
+    # "NullTokenizer needs --vocab-size", given; --kv-channels 0 named the run config's head_dim.
+    *(
+        (
+            f"megatron{flag}-0",
+            {},
+            ["import", "megatron", f"{MOE_FLAGS} {flag} 0", "--gpus", "8", "--device", "h100-80gb"],
+            [f"LAUNCH: {flag}: must be positive, got 0"],
+        )
+        for flag in (
+            "--num-attention-heads",
+            "--hidden-size",
+            "--num-layers",
+            "--seq-length",
+            "--vocab-size",
+            "--kv-channels",
+        )
     ),
     (
         "megatron-group-topk-without-groups",
@@ -712,6 +744,7 @@ def test_an_output_that_is_the_commands_input_is_refused(tmp_path: Path, capsys,
     """`ppb balance run.yaml -o run.yaml` replaced the run config with the plan's JSON (exit 0)."""
     run = tmp_path / "run.yaml"
     run.write_text(run_yaml())
+    shutil.copytree(HF, tmp_path / "hf")  # the run config is read before its outputs are checked against its inputs
     script = tmp_path / "train.sh"
     script.write_text("torchrun pretrain_gpt.py --num-layers 2\n")
     before = {run: run.read_text(), script: script.read_text()}

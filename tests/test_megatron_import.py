@@ -386,8 +386,18 @@ def test_the_command_writes_a_run_config_other_commands_read(tmp_path, capsys) -
     assert main(["import", "megatron", str(script), "--gpus", "8", "--device", "h100-80gb", "-o", str(out)]) == 0
     captured = capsys.readouterr()
     unmodelled = "ppb: note: --te-precision-config-file p.yaml: not modelled by ppb (priced as if not given)"
-    assert captured.err.strip().splitlines() == [unmodelled]
+    # the run config holds `device.reserved_mb: auto`, said on stderr: dp 2, tp 2, pp 2 on 8 H100, tied
+    # embeddings, no distributed optimizer: communicators world 8 (688 MB) and tp·pp 4 (688, Float16Optimizer's
+    # gradient norm), tp, dp·cp, pp, embedding pairs (544 each)
+    # = 3,552; NVLS tp 2 and dp·cp 2 in the node, 16·2 MiB·2 each = 128; the pipeline's one neighbour in the
+    # node (4.34 − 1.06) GB / 7 = 446.9 MB; the CUDA context 300 -> 4,426.9, 4,427 whole
+    # (ppb_core.config.runtime_reserve; tests/test_runtime_reserve.py)
+    held = "ppb: held back 4,427 MB for the runtime (device.reserved_mb auto): CUDA context 300 MB"
+    lines = captured.err.strip().splitlines()
+    assert lines[0] == unmodelled and lines[1].startswith(held) and len(lines) == 2
+    assert yaml.safe_load(out.read_text())["device"] == {"name": "h100-80gb", "reserved_mb": "auto"}
     run = load_run_config(out)
+    assert run.device.reserved == 4427
     assert (run.name, run.parallel.dp, run.training.micro_batches) == ("train", 2, 4)
     assert run.timing.bias_gelu_fusion is False
     assert yaml.safe_load(out.read_text())["memory"] == {"cublas_workspace_config": ":4096:8"}

@@ -11,6 +11,8 @@ import pytest
 import yaml
 from bench_modules import load_bench
 
+from ppb_core.config.run import parse_run_config
+
 MIRROR = os.environ.get("PPB_MINDFORMERS")  # a clone of mindspore-lab/mindformers
 COMMIT = "a4dfb8219"  # v1.4.0-beta2
 
@@ -214,3 +216,48 @@ def _exists(path: str) -> bool:
         subprocess.run(["git", "-C", str(MIRROR), "cat-file", "-e", f"{COMMIT}:{path}"], capture_output=True).returncode
         == 0
     )
+
+
+def test_the_mixtral_card_counts_its_pipelines_global_batch(cards):
+    """base_trainer.py at bc419f8a5, full batch with stages: batch_size 1 · dp 8 · micro_batch_num 16 = 128 sequences of
+    4096 = 524,288 tokens over 16 devices at 1678 tokens/s each: 524,288 / 26,848 = 19.528 s; a MoE at model_parallel 1
+    with expert_parallel 8 and a capacity factor 1.1 (MoEV2's slots: ⌈2 · 4096 · 1.1 / 8⌉ = 1127 over 1024, 1.1006)."""
+    (row,) = cards.mindformers_mixtral_rows()
+    assert row["seconds"] == pytest.approx(19.528, rel=1e-4)
+    raw = row["raw"]
+    assert raw["parallel"] == {
+        "dp": 8,
+        "tp": 1,
+        "pp": 2,
+        "sequence_parallel": False,
+        "ep": 8,
+        "enable_parallel_optimizer": True,
+    }
+    assert raw["training"]["micro_batches"] == 16 and raw["training"]["moe"]["capacity_factor"] == 1.1
+    assert parse_run_config(raw).routed_share == pytest.approx(1127 / 1024, rel=1e-12)
+
+
+@pytest.mark.skipif(MIRROR is None, reason="PPB_MINDFORMERS (a MindFormers git repository) is not set")
+def test_the_mixtral_row_is_its_yaml_and_card_at_bc419f8a5(cards):
+    card, commit = cards.MIXTRAL_ROW, "bc419f8a5"
+    show = ["git", "-C", str(MIRROR), "show"]
+    card_md = f"{commit}:research/mixtral/mixtral.md"
+    readme = subprocess.run([*show, card_md], capture_output=True, text=True, check=True)
+    line = next(line for line in readme.stdout.splitlines() if "finetune_mixtral-8x7b.yaml" in line and "|" in line)
+    assert "4096" in line and f"{card.tokens_per_s_per_device:.0f} tokens/s/p" in line
+    assert "Atlas 900 A2 PoDc" in readme.stdout and card.hardware == "Atlas 900 A2 PoDc"
+    text = subprocess.run([*show, f"{commit}:{card.yaml}"], capture_output=True, text=True, check=True).stdout
+    config = yaml.safe_load(text)
+    model, par, moe = config["model"]["model_config"], config["parallel_config"], config["moe_config"]
+    assert (par["data_parallel"], par["model_parallel"], par["pipeline_stage"]) == (card.dp, card.mp, card.pp)
+    assert (par["expert_parallel"], par["micro_batch_num"], par["use_seq_parallel"]) == (8, 16, False)
+    assert config["runner_config"]["batch_size"] == card.batch_size
+    assert config["recompute_config"]["recompute"] is True and card.full_recompute
+    assert (model["compute_dtype"], model["param_init_type"], model["rotary_dtype"]) == ("float16",) * 3
+    assert model["use_flash_attention"] is True and model["seq_length"] == card.seq_length
+    assert config["context"]["jit_config"]["jit_level"] == card.jit_level == "O2"
+    assert config["parallel"]["enable_parallel_optimizer"] is card.parallel_optimizer
+    assert (moe["expert_num"], moe["num_experts_chosen"], moe["capacity_factor"]) == (8, 2, card.capacity_factor)
+    sizes = ("hidden_size", "num_layers", "num_heads", "n_kv_heads", "intermediate_size", "vocab_size")
+    spec = ("hidden_size", "num_layers", "num_attention_heads", "num_key_value_heads", "intermediate_size")
+    assert tuple(model[key] for key in sizes) == (*(card.spec[key] for key in spec), card.spec["vocab_size"])

@@ -66,17 +66,21 @@ def test_tables_are_whole_on_every_tp_rank():
 
 def test_head_computes_every_logit_and_the_loss_keeps_its_share():
     """The logits GEMM over the whole vocabulary: 2·N·h·V = 2·1024·512·32000 = 33,554,432,000 FLOPs forward (4× the
-    vocabulary-parallel 8,388,608,000); the loss over this rank's V/4 as before; the input gradient's all-reduce
-    over tp (N·h·2 = 1,048,576 bytes) stays, the head's input gradient a partial sum over mp either way."""
+    vocabulary-parallel 8,388,608,000); the loss over this rank's V/4 as before. The head's input gradient is a partial
+    sum over mp either way (MindSpore's per-rank backward); split, the lookup's forward all-reduce's bprop sums it,
+    priced as the head's input-gradient all-reduce over tp (N·h·2 = 1,048,576 bytes); whole, nothing over tp sums it
+    (the lookup has no collective; the table's gradient reduction does); under SP the input's gather and its
+    reduce-scatter stay."""
     whole, split = _ops(_run(True), 2), _ops(_run(False), 2)
     assert whole["output.logits"].flops == 2 * N * H * V == 33_554_432_000
     assert split["output.logits"].flops == 2 * N * H * (V // TP) == 8_388_608_000
     assert whole["output.logits"].gemm[2] == V
     assert whole["output.loss"].bytes == split["output.loss"].bytes
     assert whole["output.loss"].backward_bytes == split["output.loss"].backward_bytes
-    for ops in (whole, split):
-        reduce = ops["output.reduce_output_grad"].backward_comm
-        assert reduce.kind == ALL_REDUCE and reduce.payload_bytes == N * H * BC == 1_048_576
+    reduce = split["output.reduce_output_grad"].backward_comm
+    assert reduce.kind == ALL_REDUCE and reduce.payload_bytes == N * H * BC == 1_048_576
+    assert "output.reduce_output_grad" not in whole
+    assert "output.gather_output" in _ops(_run(True, sequence_parallel=True), 2)
     assert "output.logits_slice" not in split
 
 

@@ -185,7 +185,8 @@ class _Args:
         return value
 
     def required(self, flag: str) -> int:
-        value = self.integer(flag)
+        """A size Megatron-LM requires (layers, hidden, heads, sequence): given, and above 0."""
+        value = self.positive(flag)
         if value is None:
             raise InputError(self.where, flag, "missing: Megatron-LM requires it")
         return value
@@ -234,7 +235,9 @@ def import_megatron(
         "models": [{"name": "gpt", "spec": spec, "pad_vocab_multiple": pad_multiple}],
         "parallel": parallel,
         "training": training,
-        "device": {"name": device},
+        # held back for the CUDA context and NCCL's buffers of this layout's communicators, not 0
+        # (`ppb_core.config.runtime_reserve`)
+        "device": {"name": device, "reserved_mb": "auto"},
         "timing": _timing(args, notes),
     }
     entries = _ub_entries(args, read_file, notes)
@@ -314,7 +317,7 @@ def _vocabulary(args: _Args, tokenizer_vocab: int | None, notes: list[str]) -> i
     this machine, else *tokenizer_vocab* gives it. A `--vocab-size` the tokenizer does not read is said
     (until session 34 it was dropped in silence, "0 flags not modelled")."""
     kind = args.text("--tokenizer-type", DEFAULT_TOKENIZER) or DEFAULT_TOKENIZER
-    given = args.integer("--vocab-size")
+    given = args.positive("--vocab-size")
     built = tokenizer_vocabulary(kind, given, args.where)
     unread = given is not None and kind not in READS_VOCAB_SIZE
     if built is None and tokenizer_vocab is None:
@@ -401,7 +404,7 @@ def _model(args: _Args, notes: list[str], tokenizer_vocab: int | None) -> tuple[
     }
     if squared:
         notes.append("--squared-relu: priced as relu (the square's extra elementwise pass is not)")
-    channels = args.integer("--kv-channels")
+    channels = args.positive("--kv-channels")
     mla = args.has("--multi-latent-attention")
     if channels is None and not mla and hidden % heads:  # validate_args: kv_channels = hidden / heads
         raise InputError(where, "--num-attention-heads", f"{heads} does not divide --hidden-size {hidden}")

@@ -226,7 +226,9 @@ def import_document(
         "models": [{"name": "llm", "spec": spec}],
         "parallel": parallel,
         "training": _training(toml, training, parallel, dp, seq, notes),
-        "device": {"name": device},
+        # held back for the CUDA context and NCCL's buffers of this layout's communicators, not 0
+        # (`ppb_core.config.runtime_reserve`)
+        "device": {"name": device, "reserved_mb": "auto"},
     }
     timing = _timing(toml, model, bool(spec.get("num_experts")), notes)
     if rotate is not None:

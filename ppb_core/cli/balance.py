@@ -108,10 +108,13 @@ def problem_from_args(args: argparse.Namespace) -> tuple[Any, bool, Any]:
                 source, "--interleave", f"must be a positive integer or 'auto', got {shown(interleave_text)}"
             ) from None
         _positive(interleave, "--interleave", source, limits.CHUNKS, "chunks per stage")
-    if args.out:
+    from_run = path.suffix.lower() in (".yaml", ".yml")
+    if args.out and not from_run:
         check_output(args.out, inputs=(path,))
-    if path.suffix.lower() in (".yaml", ".yml"):
+    if from_run:
         run = load_run(path)
+        if args.out:  # nor over a file the run config names
+            check_output(args.out, inputs=(path, *run.files_read()))
         par = run.parallel
         _check_sizes(
             args.stages or par.pp,

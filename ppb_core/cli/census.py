@@ -115,7 +115,7 @@ def _check(args: argparse.Namespace) -> None:
         raise InputError("ppb census", "--dropout", f"{args.dropout} is not a rate in [0, 1)")
     if args.experts is not None and (len(args.experts) > 2 or min(args.experts) < 1):
         raise InputError("ppb census", "--experts", "one or two positive counts")
-    check_output(args.out)
+    check_output(args.out, inputs=(args.model_config,))
 
 
 def lacks_bf16_arithmetic(cpuinfo: Path = Path("/proc/cpuinfo")) -> bool:

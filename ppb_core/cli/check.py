@@ -27,8 +27,10 @@ from ppb_core.balance.user_plan import read_plan
 from ppb_core.cli.console import progress_hook, table_console, warn_if_clock_stopped
 from ppb_core.errors import InputError
 from ppb_core.estimate.check import check_plan
+from ppb_core.estimate.held_back import held_back_line, thin_headroom
 from ppb_core.estimate.inputs import load_run
 from ppb_core.estimate.plan import iteration_price, plan_overrun_mb, time_unit_s
+from ppb_core.estimate.run import device_summary
 from ppb_core.payload.run import describe_run
 from ppb_core.units import counted
 
@@ -56,7 +58,12 @@ def check(args: argparse.Namespace) -> dict[str, Any]:
         "plan_recompute": recompute,
         "notes": _notes(args.plan, form),
         "balancer": _balancer_figures(plan, unit_s, mtp_cell),
+        # what the device holds back for the runtime, and the stages whose free memory is below what the
+        # runtime takes beyond it (`estimate.held_back`)
+        "device": device_summary(run),
     }
+    out["held_back"] = held_back_line(out["device"])
+    out["headroom_warnings"] = thin_headroom(out["device"], ((s.stage, s.free_mb) for s in evaluated.stages))
     over = evaluated.overflowing
     if over:
         worst = min(over, key=lambda stage: stage.free_mb)
@@ -233,6 +240,9 @@ def render(out: dict[str, Any]) -> None:
     for note in out.get("notes", []):
         console.print(f"note: {escape(note)}")
     console.print(table)
+    console.print(escape(out["held_back"]))
+    for warning in out["headroom_warnings"]:
+        console.print(f"[yellow]warning:[/yellow] {escape(warning)}")
     workspaces = [row.get("symm_workspace_mb", 0.0) for row in out["stages"]]
     if any(workspaces):  # torchtitan's async TP (ppb_core.memory.symm_mem), within "allocator MB"
         shown_mb = ", ".join(dict.fromkeys(f"{mb:,.0f}" for mb in workspaces))

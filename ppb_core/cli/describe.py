@@ -18,9 +18,9 @@ from ppb_core.payload.sapp import TOP_KEY, validate_descriptions, write_layers_d
 
 
 def run(args: argparse.Namespace) -> int:
-    if args.output:
-        check_output(args.output, inputs=(args.run,))
     config = load_run(args.run)
+    if args.output:
+        check_output(args.output, inputs=(args.run, *config.files_read()))
     descriptions = describe_run(config, timed=not args.no_times)
     if args.output:
         write_layers_description(args.output, descriptions)

@@ -7,11 +7,13 @@ import json
 import sys
 from dataclasses import replace
 
+from rich.markup import escape
 from rich.table import Table
 
 from ppb_core.cli.calibrations import print_memory_calibration, print_time_calibration
 from ppb_core.cli.console import table_console
 from ppb_core.errors import InputError, shown
+from ppb_core.estimate.held_back import held_back_line, thin_headroom
 from ppb_core.estimate.inputs import load_run
 from ppb_core.estimate.run import Estimate, estimate
 from ppb_core.memory import BUFFER_RULES, MemoryModel
@@ -203,6 +205,10 @@ def print_tables(result: Estimate) -> None:
             f"async TP's symmetric workspace: {shown_mb} MB a device (torch's get_symm_mem_workspace, outside the "
             "caching allocator; fits counts it)"
         )
+    console.print(escape(held_back_line(run["device"])))
+    free = ((p.stage, (usable_bytes(p) - allocated_bytes(p) - p.allocator_bytes) / MB) for p in result.stages)
+    for warning in thin_headroom(run["device"], free):
+        console.print(f"[yellow]warning:[/yellow] {escape(warning)}")
     print_memory_calibration(console, run)
     if result.stages_at_full:
         highest = max(result.stages_at_full, key=allocated_bytes)

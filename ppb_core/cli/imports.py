@@ -17,7 +17,10 @@ from ppb_core.balance.megatron_import import Imported, import_megatron, run_conf
 from ppb_core.balance.torchtitan_import import import_torchtitan, torchtitan_run_config
 from ppb_core.balance.torchtitan_pyconfig import python_release, read_config
 from ppb_core.config.releases import parse_release
+from ppb_core.config.run import RunConfig
 from ppb_core.errors import InputError
+from ppb_core.estimate.held_back import held_back_line
+from ppb_core.estimate.run import device_summary
 from ppb_core.io import atomic_write_text, check_output, read_text
 from ppb_core.units import counted
 
@@ -59,8 +62,8 @@ def run(args: argparse.Namespace) -> int:
     )
     name = args.name or (Path(source).stem if where != "LAUNCH" else "megatron-launch")
     imported.raw["name"] = name
-    run_config_of(imported, where)  # every check before anything is written
-    return _write(args, imported, "flag")
+    run = run_config_of(imported, where)  # every check before anything is written
+    return _write(args, imported, "flag", run)
 
 
 def _release_options(release: dict[str, str]) -> dict[str, str]:
@@ -103,24 +106,26 @@ def _torchtitan(args: argparse.Namespace, source: str) -> int:
         release = python_release(args.torchtitan_release)
         imported = read_config(read_text(source), source, args.config_function, release, args.gpus, args.device)
         imported.raw["name"] = args.name or args.config_function or Path(source).stem
-        torchtitan_run_config(imported, source)
-        return _write(args, imported, "field")
+        run = torchtitan_run_config(imported, source)
+        return _write(args, imported, "field", run)
     for option, value in (("--config", args.config_function), ("--torchtitan-release", args.torchtitan_release)):
         if value is not None:
             said = "reads a config function's .py file (torchtitan from 9810191bb); a job TOML is v0.2.2's"
             raise InputError(None, option, said)
     imported = import_torchtitan(read_text(source), args.gpus, args.device, source)
     imported.raw["name"] = args.name or Path(source).stem
-    torchtitan_run_config(imported, source)  # every check before anything is written
-    return _write(args, imported, "key")
+    run = torchtitan_run_config(imported, source)  # every check before anything is written
+    return _write(args, imported, "key", run)
 
 
-def _write(args: argparse.Namespace, imported: Imported, what: str) -> int:
+def _write(args: argparse.Namespace, imported: Imported, what: str, run: RunConfig) -> int:
     document = yaml.safe_dump(imported.raw, sort_keys=False, allow_unicode=True)
     for note in imported.notes:
         # each note names what it prices otherwise ("...: not modelled by ppb (priced as if not given)"); the prefix
         # said "not modelled" before it until session 32, twice in one line
         print(f"ppb: note: {note}", file=sys.stderr)
+    # the run config holds `device.reserved_mb: auto`: what that holds back on this layout, and why
+    print(f"ppb: {held_back_line(device_summary(run))}", file=sys.stderr)
     if args.output:
         atomic_write_text(args.output, document)  # its folders made, as `ppb balance -o` makes them
         print(f"wrote {args.output} ({counted(len(imported.notes), what)} not modelled)")

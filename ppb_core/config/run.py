@@ -58,6 +58,7 @@ from ppb_core.config.releases import (
     parse_release,
     send_waits_of,
 )
+from ppb_core.config.runtime_reserve import RuntimeReserve, runtime_reserve
 from ppb_core.config.spec import ModelSpec, StrictModel, VisionSpec
 from ppb_core.config.vision import QWEN_MAX_PIXELS, QWEN_MIN_PIXELS, VisionSequence, vision_sequence
 from ppb_core.errors import InputError, meant, misspelt, shown
@@ -630,8 +631,10 @@ class Device(StrictModel):
 
     name: str | None = None
     memory_mb: Annotated[PositiveInt, limits.at_most(limits.DEVICE_MEMORY_MB, "MB")] | None = None
-    reserved_mb: Annotated[NonNegativeInt, limits.at_most(limits.DEVICE_MEMORY_MB, "MB")] = Field(
-        0, description="held back for the framework and fragmentation"
+    reserved_mb: Annotated[NonNegativeInt, limits.at_most(limits.DEVICE_MEMORY_MB, "MB")] | Literal["auto"] = Field(
+        0,
+        description="held back outside the framework's allocator (CUDA context, NCCL's buffers); auto: what "
+        "ppb_core.config.runtime_reserve derives for the run's framework and parallel layout; unset: 0",
     )
     peak_tflops: Rate | None = Field(None, description="dense 16-bit tensor TFLOPS")
     hbm_bandwidth_gbs: Rate | None = None
@@ -716,6 +719,13 @@ class Device(StrictModel):
             )
         return memory_mb
 
+    @field_validator("reserved_mb", mode="before")
+    @classmethod
+    def _auto_or_mb(cls, value: Any) -> Any:
+        if value != "auto" and (isinstance(value, bool) or not isinstance(value, int)):
+            raise ValueError(f"{shown(value)} is neither a whole number of MB nor auto")
+        return value
+
     @field_validator("name")
     @classmethod
     def _in_catalog(cls, name: str | None) -> str | None:
@@ -742,8 +752,15 @@ class Device(StrictModel):
         return base.replace(**overrides)
 
     @property
+    def reserved(self) -> int:
+        """reserved_mb in MB; `auto` is resolved by the run config's loader (`parse_run_config`)."""
+        if self.reserved_mb == "auto":
+            raise ValueError("device.reserved_mb auto is resolved with the run's layout (parse_run_config)")
+        return self.reserved_mb
+
+    @property
     def usable_mb(self) -> float:
-        return self.profile().memory_mb - self.reserved_mb
+        return self.profile().memory_mb - self.reserved
 
 
 Fraction = Annotated[float, Field(ge=0.0, le=1.0)]
@@ -1393,10 +1410,19 @@ class RunConfig(StrictModel):
     specs: dict[str, ModelSpec | VisionSpec] = Field(default_factory=dict, exclude=True)
     source: str = Field("", exclude=True)
     base_dir: str = Field(".", exclude=True)
+    # what `device.reserved_mb: auto` was resolved from (`runtime_reserve`); None: the config stated a number
+    reserve: RuntimeReserve | None = Field(None, exclude=True)
 
     @property
     def model_names(self) -> list[str]:
         return [m.name for m in self.models]
+
+    def files_read(self) -> tuple[Path, ...]:
+        """The files this run config names (config.json, census and calibration files), where it reads them: an
+        output written over one of them would lose an input (`ppb describe run.yaml -o hf/llama3-8b.json`)."""
+        names = [name for m in self.models for name in (m.config, m.census)]
+        names += [self.timing.calibration, self.memory.calibration]
+        return tuple(Path(self.base_dir) / name for name in names if name is not None)
 
     @property
     def send_waits(self) -> str:
@@ -2509,8 +2535,9 @@ def _check_run(run: RunConfig, where: str) -> None:
             where, "timing.matmul_dtype", f"{run.device.name or 'the device'} has no FP8 tensor cores in the catalog"
         )
     for name in ("memory_mb",):
-        if run.device.profile().memory_mb <= run.device.reserved_mb:
-            raise InputError(where, f"device.{name}", "no memory left after reserved_mb")
+        if run.device.profile().memory_mb <= run.device.reserved:
+            held = f" ({run.device.reserved:,} MB: auto)" if run.reserve is not None else ""
+            raise InputError(where, f"device.{name}", f"no memory left after reserved_mb{held}")
     names = run.model_names
     if len(set(names)) != len(names):
         raise InputError(where, "models", "two models share a name")
@@ -2762,6 +2789,17 @@ def _check_combined_1f1b(run: RunConfig, where: str) -> None:
         raise InputError(where, field, problem)
 
 
+def run_reserve(run: RunConfig) -> RuntimeReserve:
+    """What the runtime holds outside the allocator for this run's framework, layout and device
+    (`ppb_core.config.runtime_reserve`): the figure `device.reserved_mb: auto` holds back."""
+    # the embedding group's all-reduce: tied weights, or MTP layers sharing the embedding on the last stage
+    tied = any(getattr(spec, "tied_embeddings", False) or getattr(spec, "mtp_layers", 0) for spec in run.specs.values())
+    # Megatron's alltoall dispatcher (and torchtitan's) exchange tokens by NCCL's all-to-all; the flex
+    # dispatchers by DeepEP's own buffers (`memory.frameworks.flex_buffers`), allgather by collectives
+    a2a = run.framework == "torchtitan" or run.timing.moe_dispatcher == "alltoall"
+    return runtime_reserve(run.framework, run.parallel, run.device.profile(), tied=tied, a2a=a2a)
+
+
 def parse_run_config(raw: Any, source: str | Path = "<run config>", base_dir: str | Path = ".") -> RunConfig:
     """A validated `RunConfig` from parsed YAML; referenced files are read relative to *base_dir*."""
     where = str(source)
@@ -2795,6 +2833,10 @@ def parse_run_config(raw: Any, source: str | Path = "<run config>", base_dir: st
     if run.memory.calibration is not None:
         _check_file(base / run.memory.calibration, where, "memory.calibration", "measured peaks")
     run = run.model_copy(update={"specs": specs, "source": where, "base_dir": str(base)})
+    if run.device.reserved_mb == "auto":
+        reserve = run_reserve(run)
+        device = run.device.model_copy(update={"reserved_mb": reserve.total_mb})
+        run = run.model_copy(update={"device": device, "reserve": reserve})
     _check_sizes(run, where)
     for index, sub in enumerate(run.models):
         _check_model(run, index, sub, specs[sub.name], where)

@@ -81,7 +81,7 @@ def plan_stages(
         placed,
         run_in_flight(run),
         device.profile().memory_mb * MB,
-        device.reserved_mb * MB,
+        device.reserved * MB,
         option_of=lambda layer: chosen[layer],
         vectors=run_in_flight_vectors(run),
         steps=run_combined_steps(run),

@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from ppb_core.config.run import RunConfig
+from ppb_core.config.run import RunConfig, run_reserve
 from ppb_core.memory import (
     MemoryModel,
     StagePeak,
@@ -170,8 +170,28 @@ def peak_from_json(data: Mapping[str, Any]) -> StagePeak:
     return StagePeak(**{**{k: v for k, v in data.items() if k in fields}, "in_flight": tuple(data["in_flight"])})
 
 
+def reserved_from(run: RunConfig) -> str:
+    """`auto` (derived for the layout), `stated` (a number in the run config) or `unset` (0)."""
+    if run.reserve is not None:
+        return "auto"
+    return "stated" if "reserved_mb" in run.device.model_fields_set else "unset"
+
+
+def device_summary(run: RunConfig) -> dict[str, Any]:
+    """The device as the run holds it: its memory, what it holds back, where that came from (auto, stated,
+    unset: 0) and what the runtime takes outside the allocator on this layout (`config.runtime_reserve`)."""
+    device = run.device
+    return {
+        "name": device.name,
+        "memory_mb": device.profile().memory_mb,
+        "reserved_mb": device.reserved,
+        "reserved_from": reserved_from(run),
+        "runtime_reserve": (run.reserve or run_reserve(run)).to_json(),
+    }
+
+
 def run_summary(run: RunConfig, in_flight: list[list[int]] | None = None) -> dict[str, Any]:
-    par, train, device = run.parallel, run.training, run.device
+    par, train = run.parallel, run.training
     summary: dict[str, Any] = {
         "name": run.name,
         "source": run.source,
@@ -185,7 +205,7 @@ def run_summary(run: RunConfig, in_flight: list[list[int]] | None = None) -> dic
             "dtype": train.dtype,
             "flash_attention": train.flash_attention,
         },
-        "device": {"name": device.name, "memory_mb": device.profile().memory_mb, "reserved_mb": device.reserved_mb},
+        "device": device_summary(run),
         "switches": {name: run.switches(name) for name in run.model_names},
     }
     if in_flight is not None:
@@ -256,7 +276,7 @@ def estimate(
     reserved: tuple[ReservedPools | None, ...] = ()
     if in_flight is not None:
         device = run.device
-        sizes = (in_flight, device.profile().memory_mb * MB, device.reserved_mb * MB)
+        sizes = (in_flight, device.profile().memory_mb * MB, device.reserved * MB)
         vectors, steps = run_in_flight_vectors(run), run_combined_steps(run)
         peaks = tuple(stage_peaks(memory, layer_walk, *sizes, vectors=vectors, steps=steps))
         at_full = tuple(stage_peaks(memory, layer_walk, *sizes, option_of=_full, vectors=vectors, steps=steps))
@@ -289,6 +309,7 @@ def _full(layer: Layer) -> str:
 __all__ = [
     "Estimate",
     "KindEstimate",
+    "device_summary",
     "estimate",
     "kind_estimate",
     "peak_from_json",

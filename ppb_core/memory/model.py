@@ -581,7 +581,7 @@ def run_stage_peaks(
         layer_walk,
         run_in_flight(run),
         device_bytes=device.profile().memory_mb * MB,
-        reserved_bytes=device.reserved_mb * MB,
+        reserved_bytes=device.reserved * MB,
         option_of=option_of,
         vectors=run_in_flight_vectors(run),
         steps=run_combined_steps(run),

@@ -403,7 +403,8 @@ def parse_search_spec(raw: Any, source: str | Path = "<search spec>", base_dir: 
                     "limits.zero",
                     f"torchtitan has no ZeRO-{value}: list 0 (replicate), or FSDP2 under limits.fsdp",
                 )
-    if spec.device.profile().memory_mb <= spec.device.reserved_mb:
+    # auto is each strategy's own (its communicators), resolved as its run config is read
+    if spec.device.reserved_mb != "auto" and spec.device.profile().memory_mb <= spec.device.reserved_mb:
         raise InputError(where, "device.memory_mb", "no memory left after reserved_mb")
     base = Path(base_dir)
     specs: dict[str, ModelSpec] = {}

@@ -3000,8 +3000,14 @@ def _replicated_logits(p: str, block: str, kind: TailKind, geo: OpGeometry) -> l
     `IsParallelCareNode`: a Cast without OperatorInfo is not a parallel-care node): it runs on the layout it is
     given, the whole vocabulary. The slice is a StridedSlice (redistribution_operator_infer.cc, a split axis
     added), whose backward (StridedSliceGrad) writes the whole vocabulary's gradient, zeros beside this rank's
-    share, that the Cast's backward casts back: the head's input gradient then a partial sum over the TP ranks
-    as a vocabulary-split head's, all-reduced where that one's is (`_tp_entry`). Bytes beyond `_loss_bytes`,
+    share, that the Cast's backward casts back: the head's input gradient then a partial sum over the TP ranks,
+    as a vocabulary-split head's. MindSpore's per-rank backward sums such partials in its collectives' bprops
+    (mindspore/ops/_grad_experimental/grad_comm_ops.py: AllGather's a ReduceScatter(SUM), AllReduce(SUM)'s an
+    AllReduce(SUM)): under sequence parallelism the head's input gather's reduce-scatter, as before; without it,
+    for a split table the lookup's forward all-reduce's bprop (one N·h all-reduce, priced as the head's
+    input-gradient all-reduce, `_tp_entry`), for a whole table none: the lookup has no collective, and the
+    table's own gradient reduction over dp·cp·tp sums the partial rows (`_output` drops that all-reduce).
+    Bytes beyond `_loss_bytes`,
     which counts a Cast (bc read, 4 written) and, backward, a 16-bit gradient on this rank's share: forward the
     Cast on the other logits ((whole - share)·(bc + 4)) and the slice (read and write the share, 4 + 4);
     backward the loss's gradient in float32 (4 - bc on the share), the slice's gradient (read the share,
@@ -3026,6 +3032,8 @@ def _output(p: str, block: str, kind: TailKind, geo: OpGeometry, source: str, wi
     norm = p + "final_norm"
     head_input = norm if with_norm else source
     entry = _tp_entry(p, "output", block, geo, h, head_input, p + "logits", switch=None)
+    if kind.vocab_replicated and not geo.gathers:
+        entry = []  # MindSpore sums the partial input gradient nowhere over tp (`_replicated_logits`)
     logits_source = entry[0].name if geo.gathers else head_input
     elements = n * vocab
     loss_forward, loss_backward = _loss_bytes(geo, vocab)
