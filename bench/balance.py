@@ -28,6 +28,15 @@ each critical-path solve is followed by the least T of the program's relaxation 
 rows proves more than this without branching, so a gap above it is the stage choices'
 integrality. The issue's two instances are `dsv3-like P16 V2 m64` and `128 layers P64 V1`. Runs
 on one core (the process is pinned to CPU 0 where the OS allows). Prints the machine, then one line per solve.
+
+`--large` runs `ppb balance RUN --json` on the largest programs instead (the default solve, the
+Megatron-Core settings beside it, the report, any solve again for memory: `balance.fitting`), each a run
+config of a spec model of 1,024 layers (hidden 1,024, 16 heads, FFN 4,096, vocabulary 32,000, 2,048 tokens,
+h100-80gb; the sizes ppb's limits allow, `ppb_core/limits.py`): `1024 layers P64 V8` (interleaved, m=256)
+and `1024 layers P512 V1` (1F1B, m=256). Each step a person waits on (a round, a Megatron-Core setting
+starting, a bound, a listing cut, a solve again) is printed as it ends with the wall-clock and CPU seconds
+since the command started and since the step before: seconds per round. They take minutes; `--only` picks
+one.
 """
 
 from __future__ import annotations
@@ -224,11 +233,101 @@ def _line(name: str, mode: str, solution, seconds: float, proven: _ProvenAt, cpu
     )
 
 
+# The spec model of `--large` (docstring): Megatron-LM's defaults for the rest (GPT, no MTP).
+LARGE_RUN = """\
+models:
+  - name: llm
+    spec: {vocab_size: 32000, hidden_size: 1024, num_layers: 1024, num_attention_heads: 16,
+           intermediate_size: 4096, max_position_embeddings: 2048}
+parallel: {dp: 1, tp: 1, pp: PP, vpp: VPP, cp: 1, ep: 1, schedule: SCHEDULE, world_size: PP}
+training: {seq_length: 2048, micro_batch_size: 1, micro_batches: 256, dtype: bf16}
+device: {name: h100-80gb}
+"""
+LARGE_SIZES = (("1024 layers P64 V8", 64, 8, "interleaved"), ("1024 layers P512 V1", 512, 1, "1f1b"))
+# the steps `--large` prints (the others, hundreds, only update a spinner in `ppb balance`)
+LARGE_STEPS = (
+    "start",
+    "listing",
+    "closed_form",
+    "start_plan",
+    "bound",
+    "round",
+    "stopped",
+    "setting_start",
+    "megatron",
+    "memory_refit",
+    "done",
+)
+
+
+class _Steps:
+    """Progress hook printing the steps a person waits on (`LARGE_STEPS`) with wall and CPU seconds, in all and
+    since the step before (the figures in seconds: *unit_s*, as `ppb balance` shows them)."""
+
+    def __init__(self, unit_s: float | None) -> None:
+        self.unit_s = unit_s
+        self.started, self.cpu_started = time.perf_counter(), time.process_time()
+        self.last = (0.0, 0.0)
+
+    def __call__(self, progress) -> None:
+        if progress.phase not in LARGE_STEPS:
+            return
+        wall, cpu = time.perf_counter() - self.started, time.process_time() - self.cpu_started
+        shown = dataclasses.replace(progress, unit_s=self.unit_s).line().split("] ", 1)[1]
+        print(
+            f"  {wall:8.1f} s (CPU {cpu:7.1f} s)  +{wall - self.last[0]:7.1f} s (CPU +{cpu - self.last[1]:6.1f} s)  "
+            f"{shown}",
+            file=sys.__stdout__,  # `large` captures the command's stdout (its JSON)
+            flush=True,
+        )
+        self.last = (wall, cpu)
+
+
+def large(only: str | None, time_limit: float | None) -> None:
+    """`--large`: `ppb balance RUN --json` of each large case in this process, its progress hook printing the
+    steps (`_Steps`) in place of the spinner; then the whole command's seconds and its answer."""
+    import io
+    import json
+    import tempfile
+
+    import ppb_core.cli.balance as balance_command
+    from ppb_core.cli.main import main as ppb
+
+    @contextlib.contextmanager
+    def steps_hook(quiet: bool = False, unit_s: float | None = None):
+        yield _Steps(unit_s)
+
+    balance_command.progress_hook = steps_hook
+    for name, pp, vpp, schedule in LARGE_SIZES:
+        if only and only not in name:
+            continue
+        print(f"{name}: m=256 {schedule}", flush=True)
+        with tempfile.TemporaryDirectory() as folder:
+            run = Path(folder) / "run.yaml"
+            run.write_text(LARGE_RUN.replace("VPP", str(vpp)).replace("PP", str(pp)).replace("SCHEDULE", schedule))
+            limit = [] if time_limit is None else ["-t", str(time_limit)]
+            out = io.StringIO()
+            started, cpu_started = time.perf_counter(), time.process_time()
+            with contextlib.redirect_stdout(out):
+                ppb(["balance", str(run), "--json", *limit])
+            wall, cpu = time.perf_counter() - started, time.process_time() - cpu_started
+        result = json.loads(out.getvalue())
+        gap = "—" if result.get("gap") is None else f"{result['gap']:.2%}"
+        seconds = (result.get("iteration") or {}).get("seconds")
+        print(
+            f"{name:<22} {result.get('stopped_by', '—'):<10} {wall:8.1f} s (CPU {cpu:.1f} s)  "
+            f"iteration {'—' if seconds is None else f'{seconds:.3f} s'}  gap {gap}  "
+            f"memory margin {result.get('memory_margin_mb', 0)} MB",
+            flush=True,
+        )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--time-limit", type=float, default=None, help="a wall-clock limit per solve (default: none)")
     parser.add_argument("--only", help="run the cases whose name contains this")
     parser.add_argument("--ceiling", action="store_true", help="also the relaxation's bound with every path as a row")
+    parser.add_argument("--large", action="store_true", help="the largest programs instead, step by step (minutes)")
     args = parser.parse_args()
     if hasattr(os, "sched_setaffinity"):
         with contextlib.suppress(OSError):
@@ -240,6 +339,9 @@ def main() -> None:
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
     limit = "none" if args.time_limit is None else f"{args.time_limit:g} s"
     print(f"highspy {version('highspy')}; time limit {limit} per solve; load average {load:.2f}")
+    if args.large:
+        large(args.only, args.time_limit)
+        return
     llama = read_layer_set(ROOT / "tests" / "data" / "llama2_70b.json")
     cases = [
         ("dsv3-like P16 V2 m32", BalanceInput(layer_set(DSV3_LIKE), 16, 32, 2, 77559.0)),

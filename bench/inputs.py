@@ -179,6 +179,9 @@ def fuzzer(examples: int) -> bool:
         "layers.json": (fuzz.layer_files(), fuzz.balance_flags(), fuzz.layers_command),
         "launch script": (fuzz.launch_scripts(), None, fuzz.plan_command),
         "plan yaml": (fuzz.mindformers_plans(), None, fuzz.mindformers_command),
+        "job TOML": (fuzz.job_tomls(), None, fuzz.import_toml_command),
+        "launch import": (fuzz.launch_scripts(), None, fuzz.import_megatron_command),
+        "search spec": (fuzz.search_specs(), None, fuzz.search_command),
     }
     for label, (files, flags, command) in targets.items():
         codes, failures = _fuzz(files, flags, command, examples)

@@ -19,14 +19,17 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import dagster as dg
+from upath import UPath
 
 from pipelines.assets import ALL_ASSETS, STAGE_ASSETS
 from pipelines.checks import BAD_INPUT
 from pipelines.definitions import defs
 from pipelines.partitions import PARTITIONS_NAME
-from pipelines.resources import CONFIG_DIR_ENV, PROJECT_ROOT, RunConfigs
+from pipelines.resources import CONFIG_DIR_ENV, PROJECT_ROOT, STORAGE_DIR_ENV, RunConfigs, storage_location
 from ppb_core import chain
 from ppb_core.cli.arguments import EXIT_BAD_INPUT, OneLineParser
+from ppb_core.errors import InputError
+from ppb_core.io import check_output
 from ppb_core.report.render import console_summary
 from ppb_core.tables.schema import Summarized
 
@@ -37,6 +40,26 @@ EXIT_FAILED = 1
 QUIET = {"loggers": {"console": {"config": {"log_level": "CRITICAL"}}}}
 STEPS = {"loggers": {"console": {"config": {"log_level": "INFO"}}}}
 HOME_HINT = "DAGSTER_HOME is not set: Dagster keeps its runs there (export DAGSTER_HOME=$PWD/dagster_home)"
+
+
+def storage_problem(setting: str) -> str | None:
+    """What is wrong with the storage $PPB_STORAGE_DIR names, said before a run: a folder that cannot be written
+    (`/proc/x`, a file) failed the run's first stage with an OSError, a URL of no fsspec filesystem with "the run
+    failed"; None when it can be used (a URL's own permissions are its store's to say, at the first write)."""
+    location = storage_location(setting)
+    where = f"${STORAGE_DIR_ENV}={setting!r}" if setting else "storage/"
+    if "://" in location:
+        protocol = location.split("://", 1)[0]
+        try:
+            UPath(location)
+        except (ValueError, ImportError) as err:
+            return f"{where}: no filesystem for {protocol}:// ({last_line(str(err))})"
+        return None
+    try:
+        check_output(location, folder=True)
+    except InputError as err:
+        return f"{where}: {err.problem}"
+    return None
 
 
 def error(line: str) -> None:
@@ -157,6 +180,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                 f"(found: {', '.join(found) or 'none'}; {CONFIG_DIR_ENV} sets the folder)"
             )
             return EXIT_BAD_INPUT  # before the instance is made: nothing written
+    problem = storage_problem(dg.EnvVar(STORAGE_DIR_ENV).get_value("") or "")
+    if problem:
+        error(problem)
+        return EXIT_BAD_INPUT  # before the instance is made: nothing written
     if not Path(home).exists():  # a new instance, set as the project's (telemetry off, one solve at a time)
         Path(home).mkdir(parents=True)
         shutil.copy(PROJECT_ROOT / "dagster_home" / "dagster.yaml", Path(home) / "dagster.yaml")

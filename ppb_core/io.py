@@ -19,6 +19,7 @@ import sys
 import tempfile
 import threading
 import time
+import tomllib
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -154,6 +155,23 @@ def _check_parsed(data: Any, source: str | Path) -> None:
         for key, child in items:
             if isinstance(child, dict | list | _NonFinite):
                 stack.append((child, depth + 1, (link, key)))
+
+
+def parse_toml(text: str, source: str | Path) -> dict[str, Any]:
+    """A parsed TOML document (a torchtitan job): syntax errors, nesting deeper than `limits.DEPTH` (tomllib
+    recursed into RecursionError) and integers of thousands of digits (Python's int conversion limit, a
+    ValueError) are InputErrors naming *source*."""
+    try:
+        document = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as err:
+        raise InputError(source, None, f"not TOML: {err}") from None
+    except RecursionError:
+        raise InputError(source, None, f"nested more than ppb's limit of {limits.DEPTH} deep") from None
+    except ValueError as err:
+        what = "an integer of thousands of digits" if "digits" in str(err) else "a value that cannot be read"
+        raise InputError(source, None, f"not TOML: {what}") from None
+    _check_parsed(document, source)
+    return document
 
 
 def read_json(path: str | Path, directory_problem: str = "is a directory, not a JSON file") -> Any:

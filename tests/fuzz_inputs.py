@@ -1,8 +1,8 @@
 """Hypothesis strategies and the one property of bad input, shared by the suite's fuzzer
 (tests/test_inputs_fuzz.py, few examples) and the bigger run (bench/inputs.py).
 
-The property: whatever the run config, config.json, layers.json or launch script, `ppb` either succeeds (exit 0,
-its `--json` strict JSON: no NaN, no Infinity) or refuses (exit 2, one line on stderr, nothing
+The property: whatever the run config, config.json, layers.json, launch script or search spec, `ppb`
+either succeeds (exit 0, its `--json` strict JSON: no NaN, no Infinity) or refuses (exit 2, one line on stderr, nothing
 written), never raises anything else, and finishes within a deadline.
 """
 
@@ -523,6 +523,46 @@ def import_toml_command(data: bytes) -> int:
     return check_command({"job.toml": data}, argv)
 
 
+def import_megatron_command(data: bytes) -> int:
+    """`ppb import megatron` of a launch script on 64 H100s (`check --plan` reads the same flags against a run)."""
+    argv = ["import", "megatron", "train.sh", "--gpus", "64", "--device", "h100-80gb", "-o", "run.yaml"]
+    return check_command({"train.sh": data}, argv)
+
+
+# Search specs (searches/*.yaml's form) small enough that a valid one is searched in seconds: a 4-layer spec model
+# and Llama 3 8B under torchtitan, on 8 devices, two or three strategies.
+SEARCHES: list[dict[str, Any]] = [
+    {
+        "framework": "megatron",
+        "models": [json.loads(json.dumps(RUNS[3]["models"][0]))],
+        "devices": 8,
+        "device": {"name": "h100-80gb"},
+        "training": {"seq_length": 256, "global_batch": 16},
+        "limits": {"pp": [1, 2], "tp": [1, 2], "cp": [1], "vpp": [1]},
+        "search": {"top": 2},
+    },
+    {
+        "framework": "torchtitan",
+        "models": [{"name": "llm", "config": "hf/llama3-8b.json"}],
+        "devices": 8,
+        "device": {"name": "h100-80gb"},
+        "training": {"seq_length": 1024, "global_batch_tokens": 65536},
+        "limits": {"pp": [1, 2], "tp": [2], "cp": [1], "vpp": [1], "micro_batch_size": [1]},
+        "search": {"top": 1},
+    },
+]
+SEARCH_KEYS = ["pp", "tp", "ep", "vpp", "zero", "recompute", "schedules", "top", "wave", "balance_budget", "x"]
+
+
+def search_specs() -> st.SearchStrategy[bytes]:
+    return mutated(SEARCHES, SEARCH_KEYS).flatmap(lambda data: spoiled(_yaml_text(data)))
+
+
+def search_command(data: bytes) -> int:
+    """`ppb search` of a spec, in this process's one worker (`--workers 1`)."""
+    return check_command({"s.yaml": data}, ["search", "s.yaml", "--json", "-q", "--workers", "1"])
+
+
 def _spec_run(**device: object) -> bytes:
     raw = json.loads(json.dumps(RUNS[3]))
     raw["device"].update(device)
@@ -543,4 +583,15 @@ FOUND: dict[str, tuple] = {
     "peak-1e300-gib": (calibration_command, "memory", b"stage,peak_gib\n0,1e300\n1,17\n"),
     # select_recompute a float: `value[0]` of it, a TypeError traceback.
     "mindformers-float-select": (mindformers_command, b"offset: [1, -1]\nrecompute: [4, 0]\nselect_recompute: 0.5\n"),
+    # A key YAML reads as a number at a run config's top: RunConfig(**raw) raised TypeError.
+    "run-config-number-key": (run_config_command, b"1: 2\n" + _yaml_text(RUNS[0]).encode()),
+    # --num-attention-heads 0: hidden % heads, a ZeroDivisionError.
+    "megatron-heads-0": (
+        import_megatron_command,
+        b"torchrun pretrain_gpt.py --num-layers 2 --hidden-size 64 "
+        b"--num-attention-heads 0 --seq-length 128 --max-position-embeddings 128\n",
+    ),
+    # tomllib's RecursionError and Python's 4,300-digit int conversion ValueError.
+    "job-toml-nested": (import_toml_command, b"a = " + b"[" * 5000 + b"]" * 5000 + b"\n"),
+    "job-toml-5000-digits": (import_toml_command, b"a = " + b"9" * 5000 + b"\n"),
 }

@@ -61,3 +61,13 @@ def test_the_constant_makes_stage_0_recompute(capsys: pytest.CaptureFixture[str]
     assert tight["objective"] == 330.0
     assert tight["recompute"] == [1, 0] and tight["offset"] == [0, 0]
     assert tight["stage_memory_mb"] == [1270.0, 1260.0]
+
+
+def test_the_help_says_the_file_s_constant_is_the_default(capsys: pytest.CaptureFixture[str]) -> None:
+    """`--constant-memory`'s help said "from layers.json, 0" until session 34, against the command's own
+    description and what the balance does (the file's stage_const_mem, above)."""
+    with pytest.raises(SystemExit):
+        main(["balance", "--help"])
+    said = " ".join(capsys.readouterr().out.split())
+    assert "from a layers.json, its stage_const_mem, 0 without one" in said
+    assert "from layers.json, 0)" not in said

@@ -12,6 +12,8 @@ from typing import Any
 import pytest
 
 from ppb_core.balance.fitting import ROUNDS, fitting_placement
+from ppb_core.balance.progress import Progress
+from ppb_core.cli.console import PRINTED_PHASES
 from ppb_core.cli.main import main
 
 CONFIGS = Path(__file__).parent.parent / "configs"
@@ -101,3 +103,34 @@ def test_ppb_check_takes_the_plan_ppb_balance_printed_filled_to_the_last_mb(
     assert code == 0, checked.get("message")
     assert all(stage["peak_mb"] <= 12994 for stage in checked["stages"])
     assert checked["optimum"]["fits"]
+
+
+def test_a_solve_again_says_why_before_it_starts() -> None:
+    """The plan 2.3 MB over at C = 100 (as in the first test): between the two solves one printed step says the MB
+    over and the MB charged (ceil(2.3) = 3), so the second "start" after "done" is not a mystery; a plan that fits
+    is solved once and no such step comes."""
+    events: list[str] = []
+    calls: list[float] = []
+    solve = _solver(calls)
+
+    def solving(placed: _Problem, **cuts: Any) -> dict[str, Any]:
+        events.append(f"solve {placed.constant_memory_mb:g}")
+        return solve(placed, **cuts)
+
+    steps: list[Progress] = []
+
+    def hear(progress: Progress) -> None:
+        steps.append(progress)
+        events.append(progress.phase)
+
+    fitting_placement(
+        _Problem(100.0), None, solving, lambda given, cells: 2.3 - (given["constant_memory_mb"] - 100.0), hear
+    )
+    assert events == ["solve 100", "memory_refit", "solve 103"]
+    assert "memory_refit" in PRINTED_PHASES
+    said = steps[0].message
+    assert "needs 2.3 MB more than the balancer counted" in said and "charged 3 MB more" in said
+    assert "solve 2 of at most" in said
+    events.clear()
+    fitting_placement(_Problem(100.0), None, solving, lambda given, cells: -0.1, hear)
+    assert events == ["solve 100"]

@@ -687,6 +687,27 @@ def test_ppb_balance_prints_the_interleave_keys_beside_the_offsets(
     assert "pp_interleave_num" not in capsys.readouterr().out
 
 
+def test_ppb_balance_prints_no_interleaved_1f1b_keys_for_a_dualpipev_plan(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """MindSpore's pipeline_scheduler (a05ce588: 1f1b, gpipe, seqpipe, seqvpp, seqsmartvpp) runs no DualPipeV and
+    MindFormers' LayerSetting (fd4deebc) places chunk 1 in stage order: `pipeline_scheduler: "1f1b"` beside a
+    DualPipeV plan's lists ran them as another schedule, the last layers on stage P-1 instead of stage 0. Until
+    session 34 it was printed; now a note says so, and the four lists alone still check as the plan."""
+    run = _interleaved_mindformers(tmp_path)
+    run.write_text(run.read_text().replace("schedule: interleaved", "schedule: dualpipev"))
+    capsys.readouterr()
+    assert main(["balance", str(run), "-q"]) == 0
+    out = capsys.readouterr().out
+    lines = out.splitlines()
+    at = lines.index("To put in the MindFormers / HyperParallel yaml:")
+    assert not any(line.startswith(("  parallel.", "  model.")) for line in lines), out
+    assert "MindFormers runs no DualPipeV" in " ".join(out.split()), out
+    plan = tmp_path / "plan.yaml"
+    plan.write_text("\n".join(line.strip() for line in lines[at + 1 : at + 5]) + "\n")
+    assert main(["check", str(run), "--plan", str(plan), "--no-optimum", "-q"]) == 0
+
+
 def _interleaved_mindformers(folder: Path) -> Path:
     """configs/llama3-8b.yaml as MindFormers runs it with 2 chunks a stage (interleaved)."""
     text = (CONFIGS / "llama3-8b.yaml").read_text()

@@ -89,3 +89,18 @@ def test_balance_says_one_stage_mixing_options(capsys: pytest.CaptureFixture[str
     render(result, 1.0)
     line = next(line for line in capsys.readouterr().out.splitlines() if "among equally fast plans" in line)
     assert "1 layer recomputed, 1 stage mixing options" in line, line
+
+
+def test_the_estimate_caption_names_no_cuda_for_reserved_memory_on_ascend(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The stage table's caption said reserved_mb was "(CUDA context, NCCL)" on every device, an Ascend 910B
+    MindFormers run's too (until session 34)."""
+    text = (CONFIGS / "llama3-8b.yaml").read_text()
+    text = text.replace("config: hf/llama3-8b.json", f"config: {CONFIGS / 'hf' / 'llama3-8b.json'}")
+    run = tmp_path / "ascend.yaml"
+    run.write_text("framework: mindformers\n" + text.replace("name: h100-80gb", "name: ascend-910b"))
+    assert main(["estimate", str(run), "--no-times"]) == 0
+    caption = " ".join(capsys.readouterr().out.split())
+    assert "reserved: the run config's device.reserved_mb (the runtime's context and communication" in caption
+    assert "CUDA context" not in caption

@@ -75,3 +75,63 @@ def test_sigterm_goes_to_the_handler_it_was_meant_for() -> None:
         assert signal.getsignal(signal.SIGTERM) is stop
     finally:
         signal.signal(signal.SIGTERM, before)
+
+
+def _assignment_lp(size: int = 60) -> highs.Solver:
+    """An LP of *size* × *size* assignment columns with random costs (no integer column: HiGHS runs its
+    simplex alone, no branch and bound), over a hundred simplex iterations."""
+    rng = np.random.default_rng(0)
+    solver = highs.new_solver()
+    cells = [(i, j) for i in range(size) for j in range(size)]
+    rows = [(1.0, 1.0, [k for k, (i, _) in enumerate(cells) if i == r], [1.0] * size) for r in range(size)]
+    rows += [(1.0, 1.0, [k for k, (_, j) in enumerate(cells) if j == c], [1.0] * size) for c in range(size)]
+    highs.load(solver, [(0.0, 1.0, False)] * len(cells), rows, list(rng.random(len(cells))))
+    return solver
+
+
+def _signal_at_first_iteration(solver: highs.Solver, signum: int) -> list[int]:
+    """Sends *signum* to this process from the simplex's first iteration (HiGHS's simplex interrupt callback,
+    as `highs.new_solver` starts it, wrapped); the kinds of callback heard are returned as they come."""
+    heard: list[int] = []
+
+    def first(kind: int, message: str, data: object, data_in: object, user: highs.Solver) -> None:
+        if not heard:
+            os.kill(os.getpid(), signum)
+        heard.append(int(kind))
+        highs._callback(kind, message, data, data_in, user)
+
+    solver.setCallback(first, solver)  # which stops the callbacks `new_solver` started: started again
+    for kind in highs.CALLBACKS:
+        solver.startCallback(kind)
+    return heard
+
+
+def test_ctrl_c_ends_an_lp_at_its_next_simplex_iteration() -> None:
+    """A program solved as an LP (the probing's relaxations) has no branch and bound, so no MIP callback: the
+    simplex's own interrupt ends it (the LP solves to its optimum uninterrupted, in over a hundred iterations)."""
+    whole = _assignment_lp()
+    whole.run()
+    assert whole.getModelStatus() == highspy.HighsModelStatus.kOptimal
+    assert whole.getInfo().simplex_iteration_count > 50
+    before = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        solver = _assignment_lp()
+        heard = _signal_at_first_iteration(solver, signal.SIGINT)
+        with pytest.raises(KeyboardInterrupt):
+            solver.run()
+        assert solver.getModelStatus() == highspy.HighsModelStatus.kInterrupt
+        assert set(heard) == {int(highspy.cb.HighsCallbackType.kCallbackSimplexInterrupt)}
+        assert solver.getInfo().simplex_iteration_count < whole.getInfo().simplex_iteration_count
+        assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    finally:
+        signal.signal(signal.SIGINT, before)
+
+
+def test_the_simplex_callback_leaves_an_lp_as_it_was() -> None:
+    """Not interrupted, the callback only reads: the same optimum in the same iterations as without it."""
+    watched, bare = _assignment_lp(), _assignment_lp()
+    bare.stopCallback(highspy.cb.HighsCallbackType.kCallbackSimplexInterrupt)
+    watched.run()
+    bare.run()
+    assert watched.getInfo().simplex_iteration_count == bare.getInfo().simplex_iteration_count
+    assert list(watched.getSolution().col_value) == list(bare.getSolution().col_value)

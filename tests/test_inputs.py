@@ -252,6 +252,16 @@ CASES: list[tuple[str, dict[str, str | bytes | Sparse], list[str], list[str]]] =
         ["estimate", "r.yaml"],
         ["c.json", "kinds.0.settings.0"],
     ),
+    # A census of another build of the kind: "(measured: dense)" beside the run's 'dense' did not say what differs.
+    (
+        "census-of-another-build",
+        {
+            "r.yaml": run_yaml(models=[{"name": "llm", "config": "hf/llama3-8b.json", "census": "c.json"}]),
+            "c.json": census_json(lambda d: None),
+        },
+        ["estimate", "r.yaml"],
+        ["c.json: kinds: no census of the run's layer kind 'dense'", "its dense differs in attention,"],
+    ),
     (
         "census-micro-batch-size-infinity",
         {
@@ -481,6 +491,13 @@ CASES: list[tuple[str, dict[str, str | bytes | Sparse], list[str], list[str]]] =
         ["p.csv: is the input"],
     ),
     ("census-over-its-config", {}, ["census", "hf/llama3-8b.json", "-o", "hf/llama3-8b.json"], ["is the input"]),
+    # Two models of one name: "two models share a name" did not say which.
+    (
+        "models-share-a-name",
+        {"r.yaml": run_yaml(models=[{"name": "llm", "config": "hf/llama3-8b.json"}] * 2)},
+        ["estimate", "r.yaml"],
+        ["r.yaml: models.1.name: 'llm' is also models.0's name"],
+    ),
     (
         "census-a-folder",
         {"r.yaml": run_yaml(models=[{"name": "llm", "config": "hf/llama3-8b.json", "census": "hf"}])},
@@ -550,6 +567,43 @@ CASES: list[tuple[str, dict[str, str | bytes | Sparse], list[str], list[str]]] =
             "--vocab-size",
             "--kv-channels",
         )
+    ),
+    # TOML that tomllib cannot read but by raising: a RecursionError traceback (nesting), a ValueError one (an
+    # integer past Python's 4,300-digit conversion limit), through `import torchtitan` and `check --plan`.
+    (
+        "job-toml-nested",
+        {"job.toml": "a = " + "[" * 5000 + "]" * 5000 + "\n"},
+        ["import", "torchtitan", "job.toml", "--gpus", "8", "--device", "h100-80gb", "-o", "run.yaml"],
+        ["job.toml: nested more than ppb's limit of 64 deep"],
+    ),
+    (
+        "job-toml-5000-digits",
+        {"job.toml": "a = " + "9" * 5000 + "\n"},
+        ["import", "torchtitan", "job.toml", "--gpus", "8", "--device", "h100-80gb", "-o", "run.yaml"],
+        ["job.toml: not TOML: an integer of thousands of digits"],
+    ),
+    (
+        "check-job-toml-nested",
+        {
+            "r.yaml": (ROOT / "configs" / "llama3.1-8b-torchtitan.yaml").read_text(),
+            "job.toml": "[parallelism]\na = " + "[" * 5000 + "]" * 5000 + "\n",
+        },
+        ["check", "r.yaml", "--plan", "job.toml", "--no-optimum", "-q"],
+        ["job.toml: nested more than ppb's limit of 64 deep"],
+    ),
+    # A command's output and bash arithmetic ppb does not evaluate were said to be "a shell variable the script does
+    # not assign".
+    (
+        "megatron-command-substitution",
+        {"t.sh": "TP=`nproc`\ntorchrun pretrain_gpt.py " + MOE_FLAGS + " --tensor-model-parallel-size $TP\n"},
+        ["import", "megatron", "t.sh", "--gpus", "8", "--device", "h100-80gb"],
+        ["t.sh: --tensor-model-parallel-size: '`nproc`' is a command's output, which ppb does not run"],
+    ),
+    (
+        "megatron-arithmetic-power",
+        {"r.yaml": run_yaml(), "t.sh": "torchrun pretrain_gpt.py --tensor-model-parallel-size $((2**1))\n"},
+        ["check", "r.yaml", "--plan", "t.sh", "--no-optimum", "-q"],
+        ["--tensor-model-parallel-size is '$((2**1))', shell arithmetic ppb does not evaluate"],
     ),
     (
         "megatron-group-topk-without-groups",

@@ -1,8 +1,8 @@
 """The fuzzer over run configs, HuggingFace config.json files, SAPP layers.json files, calibration CSVs,
-torchtitan job TOMLs (`ppb import torchtitan`), and Megatron-LM launch scripts and MindFormers plans
-(`ppb check --plan`): whatever the file, `ppb` succeeds with
-strict JSON or refuses in one line with exit status 2, writes nothing, raises nothing else, and
-finishes (tests/fuzz_inputs.py holds the strategies and the property).
+torchtitan job TOMLs (`ppb import torchtitan`), Megatron-LM launch scripts (`ppb import megatron`), search
+specs (`ppb search`), and Megatron-LM launch scripts and MindFormers plans (`ppb check --plan`): whatever the
+file, `ppb` succeeds with strict JSON or refuses in one line with exit status 2, writes nothing, raises nothing
+else, and finishes (tests/fuzz_inputs.py holds the strategies and the property).
 
 Few examples and derandomized here, so the suite stays quick and repeatable; `python bench/inputs.py
 --examples N` runs the same property on fresh random examples.
@@ -59,6 +59,18 @@ def test_any_calibration_file(file: tuple[str, bytes]) -> None:
 @given(fuzz.job_tomls())
 def test_any_job_toml(data: bytes) -> None:
     fuzz.import_toml_command(data)
+
+
+@settings(SUITE, max_examples=20)
+@given(fuzz.launch_scripts())
+def test_any_launch_script_imported(data: bytes) -> None:
+    fuzz.import_megatron_command(data)
+
+
+@settings(SUITE, max_examples=15)
+@given(fuzz.search_specs())
+def test_any_search_spec(data: bytes) -> None:
+    fuzz.search_command(data)
 
 
 @pytest.mark.parametrize("name", sorted(fuzz.FOUND))

@@ -13,11 +13,16 @@ all-reduced in the backward. Hand numbers: N = s·b = 1024, k = 2, capacity fact
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
+import yaml
 
 from ppb_core.config.run import parse_run_config
 from ppb_core.errors import InputError
 from ppb_core.model.kinds import body_kind
+from ppb_core.search.enumerate import grid
+from ppb_core.search.spec import parse_search_spec
 from ppb_core.timing.flops import ALL_REDUCE, ALL_TO_ALL, REDUCE_SCATTER, OpGeometry, layer_ops
 
 SPEC = {
@@ -182,3 +187,32 @@ def test_moev2_pads_each_expert_to_its_capacity_rounded_to_model_parallel():
         "device": {"name": "ascend-910b"},
     }
     assert parse_run_config(raw).routed_share == pytest.approx(312 / 153.6, rel=1e-12)
+
+
+def test_mindformers_capacity_moe_runs_its_experts_over_model_parallel():
+    """MoEV2's experts split over model_parallel (llama_layer.py `LlamaFeedForward.shard`: w1/w3 `(ep, mp, 1)`, w2
+    `(ep, 1, mp)`): an expert TP other than tp is not a run MindFormers makes; Megatron's is its own setting."""
+    raw = {
+        "name": "x",
+        "framework": "mindformers",
+        "models": [{"name": "llm", "spec": SPEC}],
+        "parallel": {"dp": 2, "tp": 4, "ep": 8, "etp": 1},
+        "training": {"seq_length": N, "moe": {"dropless": False, "capacity_factor": FACTOR}},
+        "device": {"name": "ascend-910b"},
+    }
+    with pytest.raises(InputError, match=r"parallel\.etp: 1: MindFormers' capacity MoE .* etp = tp 4"):
+        parse_run_config(raw)
+    assert parse_run_config({**raw, "parallel": {"dp": 8, "tp": 4, "ep": 8, "etp": 4}}).parallel.expert_tp == 4
+    assert parse_run_config({**raw, "framework": "megatron"}).parallel.expert_tp == 1
+
+
+def test_a_mindformers_capacity_moe_search_keeps_etp_at_tp():
+    """The search's default expert TP (1) is not MindFormers' for a capacity MoE: its grid follows tp (0)."""
+    data = Path(__file__).parent / "data" / "search"
+    raw = yaml.safe_load((data / "tiny-moe.yaml").read_text())
+    raw["limits"].pop("fsdp")
+    megatron = parse_search_spec(raw, "tiny-moe.yaml", data)
+    raw["framework"], raw["device"] = "mindformers", {"name": "ascend-910b"}
+    raw["training"]["moe"] = {"dropless": False, "capacity_factor": 2.0}
+    assert grid(megatron).etp == (1,)
+    assert grid(parse_search_spec(raw, "tiny-moe.yaml", data)).etp == (0,)

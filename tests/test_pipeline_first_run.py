@@ -136,6 +136,30 @@ def test_an_unknown_run_config_is_one_line_and_makes_no_instance(tmp_path: Path)
     assert not (tmp_path / "home").exists() and not (tmp_path / "storage").exists()
 
 
+@pytest.mark.parametrize(
+    ("storage", "said"),
+    [
+        ("afile", "is a file, not an output folder"),
+        ("afile/tables", "afile is a file, not a folder"),
+        ("nope://bucket/tables", "no filesystem for nope://"),
+    ],
+)
+def test_a_storage_that_cannot_be_used_is_one_line_before_any_run(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], storage: str, said: str
+) -> None:
+    """$PPB_STORAGE_DIR a file (or under one) failed the run's first stage with an OSError (exit 1, its
+    traceback's lines); a URL of no filesystem, with "the run failed"."""
+    (tmp_path / "afile").write_text("")
+    setting = storage if "://" in storage else str(tmp_path / storage)
+    monkeypatch.setenv("PPB_STORAGE_DIR", setting)
+    monkeypatch.setenv("DAGSTER_HOME", str(tmp_path / "home"))
+    monkeypatch.delenv("PPB_CONFIG_DIR", raising=False)
+    assert main(["llama3-8b"]) == 2
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line.startswith(f"python -m pipelines: error: $PPB_STORAGE_DIR={setting!r}: ") and said in line
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["afile"]  # no instance, no tables
+
+
 def test_a_run_config_outside_the_folder_says_how_to_build_it(tmp_path: Path) -> None:
     """A user's own run config elsewhere (`python -m pipelines ~/runs/l70b.yaml`) was "no such run config" with the
     shipped names listed; it exists, so the line says the folder it must be in and PPB_CONFIG_DIR."""

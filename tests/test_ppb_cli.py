@@ -252,3 +252,19 @@ def test_import_mindformers_says_where_a_mindformers_yaml_goes(tmp_path, capsys)
     (line,) = captured.err.strip().splitlines()
     assert "mindformers has no import: write the run config (framework: mindformers" in line
     assert "ppb check RUN.yaml --plan YOUR.yaml" in line
+
+
+def test_the_estimate_json_keys_are_where_its_help_says(capsys) -> None:
+    """`ppb estimate --help` sent readers to the README for the JSON's keys (the README has none; docs/memory.md
+    states them) and that block left `iteration` out until session 34. Every top-level key a torchtitan FSDP2
+    run prints (it has them all: `allocator_reserved` too) and every key of its `iteration` is in the block."""
+    with pytest.raises(SystemExit):
+        main(["estimate", "--help"])
+    assert "docs/memory.md states its keys" in " ".join(capsys.readouterr().out.split())
+    docs = (ROOT / "docs" / "memory.md").read_text()
+    block = docs.split("`--json` prints\n`Estimate.to_json()`:", 1)[1].split("```", 2)[1]
+    config = ROOT / "configs" / "llama3.1-8b-torchtitan.yaml"
+    assert main(["estimate", str(config), "--json"]) == 0
+    printed = json.loads(capsys.readouterr().out)
+    missing = [key for key in [*printed, *printed["iteration"]] if f'"{key}"' not in block]
+    assert missing == [], missing

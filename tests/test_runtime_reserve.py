@@ -224,3 +224,20 @@ def test_torchtitan_moe_meshes() -> None:
     parts = _parts(runtime_reserve("torchtitan", Parallel(dp=16, ep=8, fsdp=True), H100))
     assert parts["NCCL 5 communicators"] == 3296 and parts["NVLS"] == 256
     assert parts["NCCL send/receive"] == pytest.approx(7 * PEER / MB)
+
+
+def test_balance_says_what_is_held_back_and_warns_on_a_tight_plan(tmp_path, capsys) -> None:
+    # configs/llama3-8b.yaml on 12,994 MB with nothing held back (docs/balance.md's tight run, reserved_mb 0 in
+    # place of 68,565): the balancer fills each stage, leaving less than the 3,788 MB this layout's runtime takes
+    configs = Path(__file__).parent.parent / "configs"
+    text = (configs / "llama3-8b.yaml").read_text()
+    text = text.replace("config: hf/llama3-8b.json", f"config: {configs / 'hf' / 'llama3-8b.json'}")
+    run = tmp_path / "run.yaml"
+    run.write_text(text.replace("reserved_mb: 4000", "reserved_mb: 0, memory_mb: 12994"))
+    assert main(["balance", str(run), "-q"]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "held back 0 MB (device.reserved_mb); the runtime takes about 3,788 MB" in out
+    assert "less than the 3,788 MB the runtime takes beyond device.reserved_mb 0" in out
+    # held to --memory, the device's reserve is not the frame: nothing said of it
+    assert main(["balance", str(run), "-q", "--memory", "12994"]) == 0
+    assert "held back" not in capsys.readouterr().out

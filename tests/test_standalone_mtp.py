@@ -26,6 +26,7 @@ import pytest
 from ppb_core.cli.main import main
 from ppb_core.config.layout import cell_layers, parse_layout, standalone_mtp_cell, validate_layout
 from ppb_core.estimate.inputs import load_run
+from ppb_core.estimate.plan import stage_models
 from ppb_core.memory import MemoryModel
 from ppb_core.model.placement import placed_walk
 from ppb_core.model.switches import LayerType
@@ -219,3 +220,12 @@ def test_standalone_mtp_flags_for_another_framework_are_refused(
     err = capsys.readouterr().err
     assert code == 2 and err.count("\n") == 1
     assert "MTP layers m apart from the loss L are Megatron-Core's; the run's framework is torchtitan" in err
+
+
+def test_the_report_names_the_parts_of_the_tail_each_stage_holds(placed):
+    """`Et*3|(tt|)*29,m|L` on pp 16: stage 13 holds the last decoder layers (and the final norm, chunk 1), stage
+    14 the MTP layer alone (chunk 1) beside its chunk 0's two layers, stage 15 the loss (chunk 1) beside its two.
+    The report's models column said "+ TAIL" on all three until session 34, as if each held the loss."""
+    said = stage_models(placed)
+    assert said[13:] == ["llm 4 + norm", "llm 2 + MTP", "llm 2 + TAIL"]
+    assert said[0] == "llm HEAD + 5"  # E and 3 layers (chunk 0), 2 (chunk 1)

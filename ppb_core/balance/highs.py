@@ -42,9 +42,12 @@ class Solver(highspy.Highs):
     Python runs a signal's handler only between its own instructions, so one solve of a large program
     (1,024 layers on 64 stages, or 512 stages: minutes of strong branching in one round) held Ctrl-C and SIGTERM
     until it returned, on a loaded machine for over fifteen minutes. During `run` the two signals are noted
-    instead; HiGHS's MIP interrupt callback (`_callback`) then asks it to stop (`user_interrupt`), and once it
+    instead; HiGHS's interrupt callbacks (`_callback`) then ask it to stop (`user_interrupt`), and once it
     has returned the signal goes to the handler it was meant for (KeyboardInterrupt, the CLI's Terminated).
-    A search ended by its node limit runs as before: the callback only reads."""
+    Two callbacks: the MIP's, at its branch and bound's checks, and the simplex's, at every iteration of a
+    program solved as an LP (the probing's relaxations, `probing.PathRelaxation`: 114 of them ran ten minutes
+    on 512 stages with no check at all; HiGHS 73cac48 `highs/simplex/HEkk.cpp`, `HEkk::bailout`, asks it
+    once an iteration). A search ended by its node limit runs as before: the callbacks only read."""
 
     caught: list[int] | None = None
     watcher: tuple[float, Callable[[int, float, float], None], list[float]] | None = None
@@ -73,13 +76,18 @@ class Solver(highspy.Highs):
 
 
 _STOPS = (signal.SIGINT, signal.SIGTERM)
+_MIP_INTERRUPT = int(highspy.cb.HighsCallbackType.kCallbackMipInterrupt)
+# The callbacks every solver starts (`_callback`): the MIP's, at its branch and bound's checks; the simplex's, at
+# every iteration (HEkk::bailout), which a MIP's own LPs never ask (HiGHS solves them with another solver,
+# HighsLpRelaxation's), so it reaches the programs solved as LPs only
+CALLBACKS = (highspy.cb.HighsCallbackType.kCallbackMipInterrupt, highspy.cb.HighsCallbackType.kCallbackSimplexInterrupt)
 
 
 def _callback(kind: int, _message: str, data: Any, data_in: Any, solver: Solver) -> None:
     if solver.caught:
         data_in.user_interrupt = True
         return
-    if solver.watcher is not None:
+    if solver.watcher is not None and kind == _MIP_INTERRUPT:
         every_s, show, last = solver.watcher
         now = time.perf_counter()
         if now - last[0] >= every_s:
@@ -115,7 +123,8 @@ def new_solver(time_limit: float | None = None, nodes: int | None = None) -> Sol
     ):
         solver.setOptionValue(name, value)
     solver.setCallback(_callback, solver)
-    solver.startCallback(highspy.cb.HighsCallbackType.kCallbackMipInterrupt)
+    for kind in CALLBACKS:
+        solver.startCallback(kind)
     return solver
 
 

@@ -66,6 +66,16 @@ def _expand(word: str, variables: dict[str, str]) -> str:
     return _ARITHMETIC.sub(lambda match: _arithmetic(match, variables), word)
 
 
+def unread_word(value: str) -> str:
+    """What a flag's word that is no integer is, said as a problem: `$(echo 8)` and `$((2**3))` were said to be
+    shell variables."""
+    if "$((" in value:
+        return "shell arithmetic ppb does not evaluate (it reads + - * / % of numbers and assigned variables)"
+    if "$(" in value or "`" in value:
+        return "a command's output, which ppb does not run"
+    return "a shell variable the script does not assign" if "$" in value else "not an integer"
+
+
 # $(( expression )): bash's integer arithmetic (examples/gptoss/02_train.sh `WORLD_SIZE=$(($GPUS_PER_NODE*$NUM_NODES))`,
 # a pipeline size of `${WORLD_SIZE}`), with one level of parentheses inside
 _ARITHMETIC = re.compile(r"\$\(\(((?:[^()]|\([^()]*\))*)\)\)")

@@ -23,7 +23,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import ClassVar
 
-from ppb_core.balance.launch_script import ScriptError, script_words
+from ppb_core.balance.launch_script import ScriptError, script_words, unread_word
 from ppb_core.balance.megatron_vocabulary import (
     AT_DEFAULT,
     BIAS_FUSIONS,
@@ -348,10 +348,8 @@ def _integer(name: str, value: str) -> int:
     try:
         return int(value)
     except ValueError:
-        if "$" in value:
-            raise LayoutError(
-                f"{name} is {shown(value)}, a shell variable the script does not assign: give the number"
-            ) from None
+        if "$" in value or "`" in value:
+            raise LayoutError(f"{name} is {shown(value)}, {unread_word(value)}: give the number") from None
         raise LayoutError(f"{name} must be an integer, got {shown(value)}") from None
 
 

@@ -71,7 +71,7 @@ import yaml
 from pydantic import ValidationError
 
 from ppb_core import limits
-from ppb_core.balance.launch_script import ScriptError, script_words_and_variables
+from ppb_core.balance.launch_script import ScriptError, script_words_and_variables, unread_word
 from ppb_core.balance.megatron import parse_flags
 from ppb_core.balance.megatron_run import moe_pattern
 from ppb_core.balance.megatron_tokenizer import (
@@ -165,8 +165,7 @@ class _Args:
         try:
             return int(value)
         except ValueError:
-            why = "a shell variable the script does not assign" if "$" in value else "not an integer"
-            raise InputError(self.where, flag, f"{shown(value)} is {why}: give the number") from None
+            raise InputError(self.where, flag, f"{shown(value)} is {unread_word(value)}: give the number") from None
 
     def number(self, flag: str, default: float) -> float:
         value = self.text(flag)

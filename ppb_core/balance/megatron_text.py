@@ -21,7 +21,9 @@ def megatron_lines(said: Mapping[str, Any]) -> list[str]:
         lines.append(f"Megatron-LM: {said['flags']}")
         lines.append(
             f"  (the fastest plan Megatron-LM can say: {alternative['setting']}, "
-            f"{alternative['slower_by']:.2%} slower than the plan above)"
+            # by the balancer's objective, the layers' schedule: the iterations priced beside it (`ppb balance`'s
+            # "Megatron-LM's flags above" line) differ by more; until session 34 the measure went unsaid
+            f"{alternative['slower_by']:.2%} slower than the plan above by the layers' schedule)"
         )
     elif said.get("flags"):
         lines.append(f"Megatron-LM: {said['flags']}")

@@ -362,6 +362,23 @@ class _Run:
     rounds: int
     paths: int
     solver: Any = None
+    note: str | None = None  # why the program was not searched (`_too_large`), for the solve's notes
+
+
+def _nonzeros(model: ChoiceModel | CellModel, paths: Sequence[Path] = ()) -> int:
+    """The program's nonzeros: its rows' and those of the path rows given (T and one column per cell on the path)."""
+    return sum(len(row[2]) for row in model.rows) + sum(len(path) + 1 for path in paths)
+
+
+def _too_large(model: ChoiceModel | CellModel, paths: Sequence[Path], limits: WorkLimits) -> str | None:
+    """Why the program is not searched by branch and bound (`WorkLimits.program_nonzeros`), or None."""
+    nonzeros = _nonzeros(model, paths)
+    if nonzeros <= limits.program_nonzeros:
+        return None
+    return (
+        f"{len(model.columns):,} columns, {len(model.rows) + len(paths):,} rows, {nonzeros:,} nonzeros: over the "
+        f"{limits.program_nonzeros:,} a program searched by branch and bound may have"
+    )
 
 
 def _solve_round(solver: Any) -> str:
@@ -396,6 +413,14 @@ def _run(
     no plan of this solve beats a plan found elsewhere).
     """
     tau = model.tau
+    distinct = list({tuple(sorted(path.items())): path for path in seeds}.values())
+    too_large = _too_large(model, distinct, limits)
+    if too_large is not None:
+        # its root alone can run an hour with no check (`WorkLimits.program_nonzeros`): the plans found beside it
+        # stand, with the bounds proven beside it
+        said = "" if exact else "closed form, "
+        report("round", f"{said}program not searched: {too_large}", value_of(start, exact) if start else None)
+        return _Run("work_limit", start, 0.0, 0, 0, note=f"{said}program not searched: {too_large}")
     size = len(model.columns) + len(model.rows) + len(seeds)
     budget = WorkLimits.nodes(limits.node_work, size) if exact else limits.closed_nodes
     nodes = max(20, budget // limits.first_round_share) if exact else budget
@@ -502,6 +527,11 @@ def _run(
                 highs.add_row(solver, 0.0, model.path_terms(path))
                 added.add(path_key)
                 paths += 1
+
+
+def value_of(plan: Plan, exact: bool) -> float:
+    """What the program minimises, of a plan: its iteration time (the critical path), or the closed form's."""
+    return plan.iteration_time if exact else plan.closed_form_time
 
 
 def _loaded(model: ChoiceModel, paths: Sequence[Path], clock: Clock) -> Any:
@@ -1086,6 +1116,8 @@ def _solve(
     closed = _run(model, False, limits, clock, start, (), report)
     listed = sum(len(stage) for stage in choices)
     notes.append(TimedNote(f"closed form: {listed} stage choices, {closed.status}, least busiest stage {{}}", busiest))
+    if closed.note is not None:
+        notes.append(closed.note)
     if closed.plan is None:
         if closed.status == "infeasible":
             return (
@@ -1184,7 +1216,16 @@ def _solve(
     if problem.chunks == 1 and not clock.out:
         # families that pay off where a stage is a cell (V = 1); for V > 1 the bisection costs more
         # than the rows gain (docs/balance.md)
-        for family in (drain_family(problem), nudged_family(problem)):
+        # the nudged family runs the schedule once per stage (2·m·P ops each): past `family_work` only the drain
+        families = [drain_family(problem)]
+        if ops * problem.stages <= limits.family_work:
+            families.append(nudged_family(problem))
+        else:
+            notes.append(
+                f"nudged path family: not added, its {problem.stages} schedules of {ops:,} ops each are over the "
+                f"{limits.family_work:,} ops it may run"
+            )
+        for family in families:
             common, level = family_row(problem, choices, family, tau, limits.check_work, clock)
             family_rows.append((common, level))
             _add_family_row(model, common, level)
@@ -1248,13 +1289,18 @@ def _solve(
     notes.append(
         f"critical path: {listed} stage choices, {critical.paths} paths, {critical.rounds} rounds, {critical.status}"
     )
+    if critical.note is not None:
+        notes.append(f"critical path: {critical.note}")
     best = min(
         [plan for plan in (start, critical.plan, exchanged) if plan is not None], key=lambda plan: plan.iteration_time
     )
     objective = best.iteration_time
     proven = critical.status == "optimal"
     bound_value = objective if proven else min(critical.bound, objective)
-    if tie_break and not clock.out:
+    too_large = _too_large(model, paths, limits) if tie_break else None
+    if too_large is not None:
+        notes.append(f"tie-breaking among equally fast plans: not run, {too_large}")
+    elif tie_break and not clock.out:
         report("tie_break", "least recompute, one option per stage, most headroom", objective, bound_value)
         tied, tie_notes = break_ties(
             model,
@@ -1347,6 +1393,8 @@ def _cell_program(
     seeds = _path_seeds(problem, known, max(10, limits.seed_work // ops // 2))
     run = _run(model, True, limits, clock, start, seeds, report)
     notes.append(f"cell program: {run.paths} paths, {run.rounds} rounds, {run.status}")
+    if run.note is not None:
+        notes.append(f"cell program: {run.note}")
     return run
 
 

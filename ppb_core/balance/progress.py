@@ -28,6 +28,7 @@ class Progress:
 
     # start | listing | listing_work | closed_form | exchange | start_plan | probing | bound | round | tie_break
     # | round_search | megatron | setting_start | torchtitan | least_memory | least_memory_search | done
+    # | memory_refit (`fitting`: the plan over the memory model by some MB, solved again)
     phase: str
     message: str
     seconds: float
@@ -101,12 +102,23 @@ class WorkLimits:
     # schedule ops the stage exchanges after the listing may run (`local.exchange`)
     exchange_work: int = 200_000_000
     seed_work: int = 4_000_000  # schedule ops run to find seed paths under random weightings
+    # schedule ops the nudged path family may run (`bounds.nudged_family`, at V = 1: the schedule once per stage,
+    # 2·m·P ops each), else only the drain family's row is added: at P=512, m=256 it is 134 million, the first bound
+    # after over seven minutes of wall clock (load 10); the issue's 128 layers at P=64, m=128: 1 million
+    family_work: int = 50_000_000
     # array elements the listing of stage choices may grow (numpy, ~1e8 a second), per catalogue
     listing_work: int = 300_000_000
     # stage choices listed in all, at most, else the listing counts as cut: a program over more is too
     # large to search (32 alternating layers, a body type each, at P=4, V=2: 70,108 for the closed form,
     # whose first bisection step's program ran minutes); the issue's instances list at most 1,000
     stage_choices: int = 20_000
+    # nonzeros a program searched by branch and bound may have (its rows and path rows), else it is not searched
+    # (nor tie-broken): its root runs HiGHS's implied-bound probing over every fractional choice, with no limit
+    # checked inside (HighsImplications::separateImpliedBounds, ERGO-Code/HiGHS 73cac48). Measured (1,024 layers):
+    # P=512's closed form, 530,947 nonzeros, proven at its root in 2.7 CPU s; its critical path program, 983,674
+    # (1,149 path rows), and P=64 V=8's cell program, 2,263,850, each ran its first round's root over 20 minutes.
+    # The issue's instances' programs have under 100,000 (llama2_70b.json at P=16, V=2: 95,586)
+    program_nonzeros: int = 750_000
     # the program over cell choices (when the stage listing is cut) lists at most this many cell
     # choices, else it is not built: its nodes grow slow past that (27,687 choices: 20 nodes, ~45 s)
     cell_choices: int = 30_000

@@ -27,13 +27,13 @@ read past.
 
 from __future__ import annotations
 
-import tomllib
 from typing import Any
 
 from ppb_core.balance.megatron_import import Imported
 from ppb_core.balance.torchtitan_flavors import MODELS, model_spec
 from ppb_core.config.run import RunConfig, parse_run_config
 from ppb_core.errors import InputError, did_you_mean, shown
+from ppb_core.io import parse_toml
 
 RELEASE = "torchtitan v0.2.2"
 # The TOML key that sets each run-config field a check may refuse.
@@ -177,10 +177,7 @@ class _Toml:
 def import_torchtitan(text: str, gpus: int | None, device: str, where: str = "<job toml>") -> Imported:
     """The run config of the torchtitan job *text* (a TOML) on *gpus* devices of the catalog's *device*
     (None: the product of the TOML's degrees, which then may not leave `data_parallel_shard_degree -1`)."""
-    try:
-        document = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as err:
-        raise InputError(where, None, f"not TOML: {err}") from None
+    document = parse_toml(text, where)
     if not document:  # torchtitan would train its debugmodel on every default: not what a job file means
         raise InputError(where, None, "holds no keys: an empty torchtitan job")
     return import_document(document, gpus, device, where)

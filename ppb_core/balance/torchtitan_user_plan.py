@@ -17,7 +17,6 @@ sections (`torchtitan_pyconfig.plan_document`).
 
 from __future__ import annotations
 
-import tomllib
 from pathlib import Path
 
 from ppb_core.balance.plan import Plan, empty_counts, freeze
@@ -36,7 +35,7 @@ from ppb_core.config.recompute import TorchtitanRecompute, resolve
 from ppb_core.config.releases import CHANGES, TORCHTITAN
 from ppb_core.config.run import RunConfig
 from ppb_core.errors import InputError
-from ppb_core.io import read_text
+from ppb_core.io import parse_toml, read_text
 from ppb_core.model.switches import OPTIONS
 
 
@@ -63,10 +62,7 @@ def from_torchtitan(problem: BalanceInput, path: Path, run: RunConfig | None) ->
             if err.field == "training.local_batch_size" and problem.stages > 1:  # b · m: b already matched
                 field = "parallelism.num_pp_microbatches"
             raise InputError(where, field, said) from None
-    try:
-        document = tomllib.loads(read_text(path))
-    except tomllib.TOMLDecodeError as err:
-        raise InputError(where, None, f"not TOML: {err}") from None
+    document = parse_toml(read_text(path), where)
     return _from_document(problem, document, where, run)
 
 

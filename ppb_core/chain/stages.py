@@ -179,6 +179,7 @@ def pipeline_plan(
             placed, time_limit_s, progress=hook, price=iteration_price(run), overrun=overrun, limits=limits, **cuts
         ),
         overrun,
+        hook,
     )
     add_torchtitan(result, run)  # a torchtitan run's job TOML lines, as `ppb balance` prints
     # in seconds, each stage's peak as `ppb check` prices the plan: what `ppb balance RUN.yaml` gives
@@ -392,8 +393,8 @@ def megatron_headline(said: Mapping[str, Any], priced: Mapping[str, Any] | None 
         lines.append(
             (
                 "Megatron-LM flags are",
-                f"the fastest plan it can say ({alternative['setting']}), {alternative['slower_by']:.2%} slower"
-                + (f": iteration {priced['seconds']:,.3f} s" if priced else ""),
+                f"the fastest plan it can say ({alternative['setting']}), {alternative['slower_by']:.2%} slower by the "
+                "layers' schedule" + (f": iteration {priced['seconds']:,.3f} s" if priced else ""),
             )
         )
     if said.get("layout_only"):

@@ -78,7 +78,9 @@ def plan(parser: argparse.ArgumentParser) -> None:
 
 def estimate(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("run_config", help="a run config (configs/*.yaml)")
-    parser.add_argument("--json", action="store_true", help="print the estimate as JSON (the README states its keys)")
+    parser.add_argument(
+        "--json", action="store_true", help="print the estimate as JSON (docs/memory.md states its keys)"
+    )
     parser.add_argument(
         "--buffer-rule",
         default="layered",
@@ -189,7 +191,7 @@ def balance(parser: argparse.ArgumentParser) -> None:
         type=float,
         default=None,
         help="MB every stage holds besides its layers (default: from a run config, the largest "
-        "working set of one layer's backward; from layers.json, 0)",
+        "working set of one layer's backward; from a layers.json, its stage_const_mem, 0 without one)",
     )
     parser.add_argument(
         "--schedule",

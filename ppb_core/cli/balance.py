@@ -37,9 +37,12 @@ from ppb_core.balance.torchtitan_settings import runnable as torchtitan_runnable
 from ppb_core.cli.calibrations import applied as applied_calibrations
 from ppb_core.cli.calibrations import print_memory_calibration, print_time_calibration
 from ppb_core.cli.console import progress_hook, table_console, warn_if_clock_stopped
+from ppb_core.config.run import RunConfig
 from ppb_core.errors import InputError, shown
+from ppb_core.estimate.held_back import held_back_line, thin_headroom
 from ppb_core.estimate.inputs import load_run
 from ppb_core.estimate.plan import iteration_price, plan_overrun_mb, speedup_words, time_unit_s, with_stage_peaks
+from ppb_core.estimate.run import device_summary
 from ppb_core.estimate.seconds import plan_in_seconds
 from ppb_core.io import atomic_write_text, check_output
 from ppb_core.payload.run import describe_run
@@ -245,6 +248,7 @@ def run(args: argparse.Namespace) -> int:
                 **cuts,
             ),
             overrun,
+            hook,
         )
     solve_s = time.perf_counter() - started  # wall clock: the text summary's, never the JSON's (not repeatable)
     if result.get("cells"):  # with no plan the refusal below says what stopped it
@@ -277,7 +281,25 @@ def run(args: argparse.Namespace) -> int:
         if run_config is not None:
             memory_from = "--memory" if args.memory is not None else "the device less device.reserved_mb"
         render(result, solve_s, memory_from)
+        if run_config is not None and args.memory is None:
+            _say_held_back(run_config, result)
     return 0
+
+
+def _say_held_back(run: RunConfig, result: dict[str, Any]) -> None:
+    """What the device holds back for the runtime, and the plan's stages whose free memory is below what the
+    runtime takes beyond it (`estimate.held_back`), as `ppb estimate` and `ppb check` say them."""
+    device = device_summary(run)
+    console = table_console()
+    console.print(escape(held_back_line(device)))
+    usable = run.device.usable_mb
+    free = (
+        (row["stage"], usable - row["peak_mb"] - row.get("allocator_mb", 0.0))
+        for row in result.get("stages", [])
+        if "peak_mb" in row
+    )
+    for warning in thin_headroom(device, free):
+        console.print(f"[yellow]warning:[/yellow] {escape(warning)}")
 
 
 def _no_plan(result: dict[str, Any], args: argparse.Namespace) -> tuple[str, str]:
@@ -328,8 +350,19 @@ def _print_yaml(console: Console, result: dict[str, Any], given: dict[str, Any])
     console.print("To put in the MindFormers / HyperParallel yaml:")
     for key in ("offset", "recompute", "select_recompute", "select_comm_recompute"):
         console.print(f"  {key}: {result[key]}")
-    for key, value in _dotted(interleave_keys(given["interleave"])):
-        console.print(escape(f"  {key}: {value}"))
+    if given.get("schedule") == "dualpipev":
+        # MindSpore's `pipeline_config.pipeline_scheduler` (a05ce588 `set_pipeline_config`: 1f1b, gpipe, seqpipe,
+        # seqvpp, seqsmartvpp) has no DualPipeV, and MindFormers' `LayerSetting` (fd4deebc) places chunk 1 in stage
+        # order, not DualPipeV's V: the interleave keys would run these counts as interleaved 1F1B, with the
+        # model's last layers on another stage than the plan priced. Until session 34 they were printed.
+        console.print(
+            "  (MindFormers runs no DualPipeV: MindSpore's pipeline_scheduler has no such schedule and MindFormers "
+            "places chunk 1 in stage order; the lists are the cells' layers as DualPipeV holds them, chunk 1 "
+            "stage 0 the model's last)"
+        )
+    else:
+        for key, value in _dotted(interleave_keys(given["interleave"])):
+            console.print(escape(f"  {key}: {value}"))
     empty = [
         f"(chunk {v}, stage {s})"
         for v, row in enumerate(result.get("cells") or [])
@@ -441,8 +474,10 @@ def render(result: dict[str, Any], solve_s: float, memory_from: str = "") -> Non
             console.print(escape(line), soft_wrap=True)
         ties = result.get("ties")
         if ties:
-            # the room the memory model leaves on the fullest stage where it priced them, else the balancer's
-            fullest = max(row["peak_mb"] for row in result["stages"]) if peaks else None
+            # the room the memory model leaves on the fullest stage where it priced them, else the balancer's;
+            # what the caching allocator reserves beyond the peak (torchtitan FSDP2's pools) is not room, as
+            # `ppb check` counts it (its free MB; until session 34 this line left it in)
+            fullest = max(row["peak_mb"] + row.get("allocator_mb", 0.0) for row in result["stages"]) if peaks else None
             free = ties["headroom_mb"] if fullest is None else given["memory_mb"] - fullest
             console.print(
                 f"among equally fast plans: recompute time {seconds(time_of(ties, 'recompute_time'))}, "

@@ -91,6 +91,7 @@ def check(args: argparse.Namespace) -> dict[str, Any]:
                     **cuts,
                 ),
                 overrun,
+                hook,
             )
         warn_if_clock_stopped("ppb check", result, args.time_limit)
         add_torchtitan(result, run)  # a torchtitan run's job TOML lines for the optimum

@@ -82,6 +82,7 @@ PRINTED_PHASES = (
     "megatron",
     "torchtitan",
     "least_memory",
+    "memory_refit",
     "done",
 )
 

@@ -145,7 +145,8 @@ def print_tables(result: Estimate) -> None:
         title=f"Stages ({run.get('framework', 'megatron')}; body layers at {options}), MB per device",
         caption="MB of 2**20 bytes; activations × micro-batches in flight per chunk; working: the largest backward's "
         "working set; loss: what the loss adds on the stage of the TAIL (the output layer); reserved: the run "
-        "config's device.reserved_mb (CUDA context, NCCL), outside the peak; peak: the largest moment (backward, "
+        "config's device.reserved_mb (the runtime's context and communication buffers: CUDA's and NCCL's on a GPU), "
+        "outside the peak; peak: the largest moment (backward, "
         "loss, gradient reduction, optimizer step), allocated, as `ppb balance`, `ppb check` and the plan report "
         "print it (--json's peak_bytes adds reserved_bytes); at full: the peak with every body layer fully "
         "recomputed; usable: the device less reserved; fits: the peak within usable, with what torch's caching "

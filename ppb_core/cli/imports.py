@@ -128,7 +128,9 @@ def _write(args: argparse.Namespace, imported: Imported, what: str, run: RunConf
     print(f"ppb: {held_back_line(device_summary(run))}", file=sys.stderr)
     if args.output:
         atomic_write_text(args.output, document)  # its folders made, as `ppb balance -o` makes them
-        print(f"wrote {args.output} ({counted(len(imported.notes), what)} not modelled)")
+        # "(0 keys not modelled)" until session 34: the count is said only when there is one
+        unmodelled = f" ({counted(len(imported.notes), what)} not modelled)" if imported.notes else ""
+        print(f"wrote {args.output}{unmodelled}")
     else:
         print(document, end="")
     return 0

@@ -2540,7 +2540,10 @@ def _check_run(run: RunConfig, where: str) -> None:
             raise InputError(where, f"device.{name}", f"no memory left after reserved_mb{held}")
     names = run.model_names
     if len(set(names)) != len(names):
-        raise InputError(where, "models", "two models share a name")
+        twice = next(index for index, name in enumerate(names) if name in names[:index])
+        raise InputError(
+            where, f"models.{twice}.name", f"{shown(names[twice])} is also models.{names.index(names[twice])}'s name"
+        )
     for group in run.ppb.combined:
         for model, _ in group:
             if model not in names:
@@ -2559,6 +2562,14 @@ def _check_padding(run: RunConfig, where: str) -> None:
     if moe.dropless_imbalance != 1.0 or moe.max_vio is not None:
         said = "MindFormers pads every expert to its capacity: no routing imbalance to state beside a capacity_factor"
         raise InputError(where, "training.moe", said)
+    par = run.parallel
+    moe_models = any(isinstance(spec, ModelSpec) and spec.is_moe for spec in run.specs.values())
+    if moe_models and par.etp is not None and par.etp != par.tp:
+        # MoEV2's experts split their width over model_parallel (llama_layer.py `LlamaFeedForward.shard`, expert_num
+        # > 1: w1/w3 `(ep, mp, 1)`, w2 `(ep, 1, mp)`, a4dfb8219), and expert_parallel groups inside data_parallel ·
+        # context_parallel (moe.py `MoEV2`: `dp_moe = dp // ep`, the reshape to `(dp_moe, ep, E, n, h)`)
+        said = f"{par.etp}: MindFormers' capacity MoE (MoEV2) splits each expert over model_parallel, etp = tp {par.tp}"
+        raise InputError(where, "parallel.etp", said)
 
 
 def _check_vocab_emb_dp(run: RunConfig, where: str) -> None:

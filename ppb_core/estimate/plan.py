@@ -20,6 +20,7 @@ from ppb_core.memory import (
     run_in_flight_vectors,
     stage_peaks,
 )
+from ppb_core.model.kinds import WHOLE
 from ppb_core.model.placement import CellOptions, model_cell_options, place_plan
 from ppb_core.model.switches import OPTIONS
 from ppb_core.model.walk import BODY, HEAD, TAIL, LayerWalk
@@ -41,16 +42,35 @@ class StageEvaluation:
     models: str  # what the stage holds of each sub-model, e.g. "vit HEAD + 7 · llm HEAD + 7"
 
 
+def _tail_words(kind: Any) -> tuple[str, ...]:
+    """What a TAIL layer is, as a stage holds it: the TAIL (the loss), or the parts Megatron-Core's standalone
+    MTP places apart (`kinds.standalone_parts`): the final norm and the MTP layers. Until session 34 every part
+    read "TAIL", so a DualPipeV stage holding the MTP layers apart from the loss seemed to hold the loss too."""
+    if getattr(kind, "part", WHOLE) == WHOLE:
+        return ("TAIL",)
+    return tuple(
+        word
+        for word, held in (("norm", kind.has_final_norm), ("MTP", kind.has_mtp_modules), ("TAIL", kind.has_output))
+        if held
+    )
+
+
 def stage_models(placed: LayerWalk) -> list[str]:
-    """Per stage, what each sub-model has there: "vit HEAD + 7 · llm 7 + TAIL" (body layers between its ends)."""
-    held: list[dict[str, list[int]]] = [{} for _ in range(placed.stages)]
+    """Per stage, what each sub-model has there: "vit HEAD + 7 · llm 7 + TAIL" (body layers between its ends;
+    "norm" and "MTP" for the parts of a TAIL Megatron-Core's standalone MTP places apart from the loss)."""
+    held: list[dict[str, tuple[list[int], list[str]]]] = [{} for _ in range(placed.stages)]
     for layer in placed:
-        parts = held[layer.stage].setdefault(layer.model_name, [0, 0, 0])
-        parts[{HEAD: 0, BODY: 1, TAIL: 2}[layer.node]] += 1
+        ends, tail = held[layer.stage].setdefault(layer.model_name, ([0, 0], []))
+        if layer.node == TAIL:
+            tail += [word for word in _tail_words(layer.kind) if word not in tail]
+        else:
+            ends[{HEAD: 0, BODY: 1}[layer.node]] += 1
+    order = ("norm", "MTP", "TAIL")
     return [
         " · ".join(
-            f"{model} " + " + ".join(p for p in ("HEAD" if h else "", str(b) if b else "", "TAIL" if t else "") if p)
-            for model, (h, b, t) in stage.items()
+            f"{model} "
+            + " + ".join(p for p in ("HEAD" if h else "", str(b) if b else "", *sorted(tail, key=order.index)) if p)
+            for model, ((h, b), tail) in stage.items()
         )
         for stage in held
     ]

@@ -70,10 +70,22 @@ class CensusActivations:
                     self.path,
                     "kinds",
                     f"no census of the run's layer kind {kind.name!r} as the run "
-                    f"builds it (measured: {measured}); measure it with ppb census",
+                    f"builds it (measured: {measured}{self._differing(kind)}); measure it with ppb census",
                 )
             self._kinds[kind] = found
         return found
+
+    def _differing(self, kind: BodyKind) -> str:
+        """Where the measured kind of the same name differs from the run's (`(measured: dense)` beside the run's
+        'dense' said nothing), its first few fields: `; its dense differs in hidden_size, num_heads`."""
+        wanted = kind_to_dict(kind)
+        same = next((k for k in self.census.kinds if k.name == kind.name), None)
+        if same is None:
+            return ""
+        had = dict(same.kind)
+        fields = sorted(key for key in wanted.keys() | had.keys() if wanted.get(key) != had.get(key))
+        shown_fields = ", ".join(fields[:4]) + (f" and {len(fields) - 4} more" if len(fields) > 4 else "")
+        return f"; its {kind.name} differs in {shown_fields}" if fields else ""
 
     # --- ActivationFormulas' methods ---------------------------------------------------------
 

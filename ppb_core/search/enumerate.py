@@ -240,7 +240,11 @@ def grid(spec: SearchSpec) -> Grid:
         ep = limits.ep or [
             e for e in _powers_of_two(min(experts)) if all(n % e == 0 for n in experts) and spec.devices % e == 0
         ]
-        etp = limits.etp or [1]
+        # MindFormers' capacity MoE (MoEV2) splits each expert over model_parallel: etp follows tp (0), the one
+        # setting it runs (`run._check_padding`)
+        moe = spec.training.get("moe") or {}
+        capacity = framework == "mindformers" and moe.get("dropless", True) is False
+        etp = limits.etp or ([0] if capacity else [1])
     else:
         ep, etp = [1], [0]  # a dense model has no expert tensor parallelism: etp follows tp
     zero = limits.zero or DEFAULT_ZERO[framework]

@@ -135,7 +135,13 @@ def mindformers_settings(strategy: Strategy, plan: dict[str, Any]) -> dict[str, 
         },
         # with chunks, MindSpore's interleaved pipeline as well (`interleave_keys`: without it MindFormers runs one
         # chunk a stage and refuses the offsets' rows)
-        "parallel": {"enable_parallel_optimizer": s.zero >= 1 or s.fsdp, **interleave_keys(s.vpp).get("parallel", {})},
+        # never for DualPipeV: MindSpore's schedulers (a05ce588) have none and LayerSetting places chunk 1 in stage
+        # order, so "1f1b" would run the counts as another schedule (`mindformers_text` says so; until session 34
+        # written as interleaved 1F1B, as `ppb balance` printed it)
+        "parallel": {
+            "enable_parallel_optimizer": s.zero >= 1 or s.fsdp,
+            **(interleave_keys(s.vpp).get("parallel", {}) if s.schedule != "dualpipev" else {}),
+        },
         "runner_config": {"batch_size": s.micro_batch_size},
         "model": {"model_config": {"offset": plan.get("offset"), "pp_interleave_num": s.vpp}},
         "recompute_config": {key: plan.get(key) for key in ("recompute", "select_recompute", "select_comm_recompute")},
@@ -253,7 +259,13 @@ def _run_config_text(
 def mindformers_text(spec: SearchSpec, entry: Ranked) -> str:
     """A ranked strategy's MindFormers yaml sections, as `NN-<name>.mindformers.yaml` holds them (and
     `ppb search` prints the first's)."""
-    return yaml.safe_dump(mindformers_settings(entry.strategy, entry.plan), sort_keys=False)
+    text = yaml.safe_dump(mindformers_settings(entry.strategy, entry.plan), sort_keys=False)
+    if entry.strategy.schedule == "dualpipev":
+        text = (
+            "# MindFormers runs no DualPipeV: MindSpore's pipeline_scheduler has no such schedule and MindFormers\n"
+            "# places chunk 1 in stage order; the lists are the cells' layers as DualPipeV holds them\n" + text
+        )
+    return text
 
 
 def torchtitan_said(spec: SearchSpec, entry: Ranked) -> dict[str, Any] | None:
@@ -384,7 +396,7 @@ def _megatron_note(plan: dict[str, Any]) -> str:
         )
     elif said.get("flags_of") == "alternative" and alternative:
         slower = alternative.get("slower_by")
-        cost = f", {100 * slower:.2f}% slower than the plan" if slower is not None else ""
+        cost = f", {100 * slower:.2f}% slower than the plan by the layers' schedule" if slower is not None else ""
         lines.append(
             f"# so these flags are the fastest plan Megatron-Core can say ({alternative.get('setting', '')}){cost}; "
             f"the plan's own layout alone, {said.get('layout_only', '')}, is not runnable as priced"

@@ -195,7 +195,8 @@ class SearchSpec(StrictModel):
     def _names(self) -> SearchSpec:
         names = [m.name for m in self.models]
         if len(set(names)) != len(names):
-            raise ValueError("two models share a name")
+            twice = next(index for index, name in enumerate(names) if name in names[:index])
+            raise ValueError(f"{names[twice]!r} names two models (models {names.index(names[twice])} and {twice})")
         return self
 
     @property

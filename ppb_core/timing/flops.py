@@ -2990,28 +2990,27 @@ def te_loss_bytes(dtype_bytes: int) -> tuple[int, int]:
 
 
 def _replicated_logits(p: str, block: str, kind: TailKind, geo: OpGeometry) -> list[Op]:
-    """The passes MindFormers' whole-vocabulary head (`vocab_emb_dp`, `vocab_rows`) adds beyond the
-    vocabulary-parallel loss's own: the head writes every logit on every TP rank, the model's float32
-    Cast runs on them all, and MindSpore's redistribution to the loss's `(dp, mp)` strategy slices this rank's
-    share (research/deepseek2/deepseek2.py `DeepseekV2ForCausalLM.construct` at 2388c729a, deepseek2_model.py
-    and models/llama/llama.py `LlamaForCausalLM.construct` at a4dfb8219: `self.lm_head`, `self.cast(logits,
-    mstype.float32)`, then `self.loss`, whose CrossEntropyLoss keeps model_parallel). The Cast has no strategy
-    and so no operator of its own in semi-auto parallel (mindspore-ai/mindspore step_parallel_utils.cc
+    """The passes MindFormers' whole-vocabulary head (`vocab_emb_dp`, `vocab_rows`) adds beyond the vocabulary-parallel
+    loss's own: the head writes every logit on every TP rank, the model's float32 Cast runs on them all, and
+    MindSpore's redistribution to the loss's `(dp, mp)` strategy slices this rank's share
+    (research/deepseek2/deepseek2.py `DeepseekV2ForCausalLM.construct` at 2388c729a, deepseek2_model.py and
+    models/llama/llama.py `LlamaForCausalLM.construct` at a4dfb8219: `self.lm_head`, `self.cast(logits,
+    mstype.float32)`, then `self.loss`, whose CrossEntropyLoss keeps model_parallel). The Cast has no strategy and
+    so no operator of its own in semi-auto parallel (mindspore-ai/mindspore step_parallel_utils.cc
     `IsParallelCareNode`: a Cast without OperatorInfo is not a parallel-care node): it runs on the layout it is
-    given, the whole vocabulary. The slice is a StridedSlice (redistribution_operator_infer.cc, a split axis
-    added), whose backward (StridedSliceGrad) writes the whole vocabulary's gradient, zeros beside this rank's
-    share, that the Cast's backward casts back: the head's input gradient then a partial sum over the TP ranks,
-    as a vocabulary-split head's. MindSpore's per-rank backward sums such partials in its collectives' bprops
-    (mindspore/ops/_grad_experimental/grad_comm_ops.py: AllGather's a ReduceScatter(SUM), AllReduce(SUM)'s an
-    AllReduce(SUM)): under sequence parallelism the head's input gather's reduce-scatter, as before; without it,
-    for a split table the lookup's forward all-reduce's bprop (one N·h all-reduce, priced as the head's
-    input-gradient all-reduce, `_tp_entry`), for a whole table none: the lookup has no collective, and the
-    table's own gradient reduction over dp·cp·tp sums the partial rows (`_output` drops that all-reduce).
-    Bytes beyond `_loss_bytes`,
-    which counts a Cast (bc read, 4 written) and, backward, a 16-bit gradient on this rank's share: forward the
-    Cast on the other logits ((whole - share)·(bc + 4)) and the slice (read and write the share, 4 + 4);
-    backward the loss's gradient in float32 (4 - bc on the share), the slice's gradient (read the share,
-    write the whole in float32) and the Cast back on the whole (4 + bc)."""
+    given, the whole vocabulary. The redistribution from that `(dp, 1)` layout to the loss's `(dp, mp)` splits an
+    axis each rank holds whole, a local slice and no collective, whose backward (StridedSlice's, zero-padded) writes
+    the whole vocabulary's gradient, zeros beside this rank's share, that the Cast's backward casts back: the head's
+    input gradient then a partial sum over the TP ranks, as a vocabulary-split head's. MindSpore's per-rank backward
+    sums such partials in its collectives' bprops (mindspore/ops/_grad_experimental/grad_comm_ops.py: AllGather's a
+    ReduceScatter(SUM), AllReduce(SUM)'s an AllReduce(SUM)): under sequence parallelism the head's input gather's
+    reduce-scatter, as before; without it, for a split table the lookup's forward all-reduce's bprop (one N·h
+    all-reduce, priced as the head's input-gradient all-reduce, `_tp_entry`), for a whole table none: the lookup has
+    no collective, and the table's own gradient reduction over dp·cp·tp sums the partial rows (`_output` drops that
+    all-reduce). Bytes beyond `_loss_bytes`, which counts a Cast (bc read, 4 written) and, backward, a 16-bit
+    gradient on this rank's share: forward the Cast on the other logits ((whole - share)·(bc + 4)) and the slice
+    (read and write the share, 4 + 4); backward the loss's gradient in float32 (4 - bc on the share), the slice's
+    gradient (read the share, write the whole in float32) and the Cast back on the whole (4 + bc)."""
     if not kind.vocab_replicated or geo.tp == 1:
         return []
     bc, n = geo.dtype_bytes, geo.tokens
