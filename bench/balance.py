@@ -312,7 +312,7 @@ def large(only: str | None, time_limit: float | None) -> None:
                 ppb(["balance", str(run), "--json", *limit])
             wall, cpu = time.perf_counter() - started, time.process_time() - cpu_started
         result = json.loads(out.getvalue())
-        gap = "—" if result.get("gap") is None else f"{result['gap']:.2%}"
+        gap = "—" if result.get("gap") is None else percent_words(result["gap"])
         seconds = (result.get("iteration") or {}).get("seconds")
         print(
             f"{name:<22} {result.get('stopped_by', '—'):<10} {wall:8.1f} s (CPU {cpu:.1f} s)  "
