@@ -914,28 +914,34 @@ def card_raw(card: Card) -> dict[str, Any]:
     }
 
 
+def card_row(card: Card, name: str, source: str, *assumptions: str) -> dict[str, Any]:
+    """A card's row as bench/public_runs.py's PublicRun fields: *name* and *source* as its group says them, the
+    assumptions every card shares, then *assumptions*."""
+    tokens = card.sequences * card.seq_length
+    return {
+        "name": name,
+        "source": source,
+        "raw": card_raw(card),
+        "published": f"{card.tokens_per_s_per_device:,.0f} tokens/s per device",
+        "seconds": tokens / (card.tokens_per_s_per_device * card.devices),
+        "plan": card.plan(),
+        "assumptions": (
+            "tokens/s/p as the step's tokens over its seconds and the devices",
+            f"{card.hardware} as the catalog's ascend-910b",
+            "a fine-tuning step priced as a pre-training step (same layers, full loss)",
+            "MindSpore's parallel optimizer (enable_parallel_optimizer, the yaml's parallel_optimizer_config)",
+            *assumptions,
+        ),
+    }
+
+
 def mindformers_card_rows() -> list[dict[str, Any]]:
     """The model cards' rows as bench/public_runs.py's PublicRun fields."""
     rows = []
     for card in CARD_ROWS:
         layout = f"DP{card.dp}" + (f" TP{card.mp}" if card.mp > 1 else "") + (f" PP{card.pp}" if card.pp > 1 else "")
-        tokens = card.sequences * card.seq_length
-        rows.append(
-            {
-                "name": f"MindFormers {card.name} ({card.devices} 910B, {layout}, {card.hardware})",
-                "source": f"{CARDS}, {card.yaml}",
-                "raw": card_raw(card),
-                "published": f"{card.tokens_per_s_per_device:,.0f} tokens/s per device",
-                "seconds": tokens / (card.tokens_per_s_per_device * card.devices),
-                "plan": card.plan(),
-                "assumptions": (
-                    "tokens/s/p as the step's tokens over its seconds and the devices",
-                    f"{card.hardware} as the catalog's ascend-910b",
-                    "a fine-tuning step priced as a pre-training step (same layers, full loss)",
-                    "MindSpore's parallel optimizer (enable_parallel_optimizer, the yaml's parallel_optimizer_config)",
-                ),
-            }
-        )
+        name = f"MindFormers {card.name} ({card.devices} 910B, {layout}, {card.hardware})"
+        rows.append(card_row(card, name, f"{CARDS}, {card.yaml}"))
     return rows
 
 
@@ -1003,27 +1009,15 @@ V130_ROWS: tuple[Card, ...] = (
 
 def mindformers_v130_rows() -> list[dict[str, Any]]:
     """The v1.3.0 cards' rows: `mindformers_card_rows`' fields under their own source."""
-    rows = []
-    for card in V130_ROWS:
-        tokens = card.sequences * card.seq_length
-        rows.append(
-            {
-                "name": f"MindFormers v1.3.0 {card.name} ({card.devices} 910B, DP{card.dp}, {card.hardware})",
-                "source": f"{CARDS_V130}, {card.yaml}",
-                "raw": card_raw(card),
-                "published": f"{card.tokens_per_s_per_device:,.0f} tokens/s per device",
-                "seconds": tokens / (card.tokens_per_s_per_device * card.devices),
-                "plan": card.plan(),
-                "assumptions": (
-                    "tokens/s/p as the step's tokens over its seconds and the devices",
-                    f"{card.hardware} as the catalog's ascend-910b",
-                    "a fine-tuning step priced as a pre-training step (same layers, full loss)",
-                    "MindSpore's parallel optimizer (enable_parallel_optimizer, the yaml's parallel_optimizer_config)",
-                    "jit_level O2: the generic fused op counts",
-                ),
-            }
+    return [
+        card_row(
+            card,
+            f"MindFormers v1.3.0 {card.name} ({card.devices} 910B, DP{card.dp}, {card.hardware})",
+            f"{CARDS_V130}, {card.yaml}",
+            "jit_level O2: the generic fused op counts",
         )
-    return rows
+        for card in V130_ROWS
+    ]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -1083,22 +1077,6 @@ MIXTRAL_ROW = Card(
 def mindformers_mixtral_rows() -> list[dict[str, Any]]:
     """The Mixtral card's row as bench/public_runs.py's PublicRun fields."""
     card = MIXTRAL_ROW
-    tokens = card.sequences * card.seq_length
-    return [
-        {
-            "name": f"MindFormers {card.name} ({card.devices} 910B, DP{card.dp} EP{card.expert_parallel} "
-            f"PP{card.pp}, {card.hardware})",
-            "source": f"{MIXTRAL}, {card.yaml}",
-            "raw": card_raw(card),
-            "published": f"{card.tokens_per_s_per_device:,.0f} tokens/s per device",
-            "seconds": tokens / (card.tokens_per_s_per_device * card.devices),
-            "plan": card.plan(),
-            "assumptions": (
-                "tokens/s/p as the step's tokens over its seconds and the devices",
-                f"{card.hardware} as the catalog's ascend-910b",
-                "a fine-tuning step priced as a pre-training step (same layers, full loss)",
-                "MindSpore's parallel optimizer (enable_parallel_optimizer, the yaml's parallel_optimizer_config)",
-                "jit_level O2: the generic fused op counts",
-            ),
-        }
-    ]
+    layout = f"DP{card.dp} EP{card.expert_parallel} PP{card.pp}"
+    name = f"MindFormers {card.name} ({card.devices} 910B, {layout}, {card.hardware})"
+    return [card_row(card, name, f"{MIXTRAL}, {card.yaml}", "jit_level O2: the generic fused op counts")]

@@ -13,12 +13,12 @@ states its run's config, so these are not scored (docs/frameworks.md).
 from __future__ import annotations
 
 import copy
-import platform
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
 
+from _measure import machine
 from _mindformers import CARD_ROWS, card_raw
 
 from ppb_core.config.run import parse_run_config
@@ -34,7 +34,7 @@ def worst_stage(raw: dict) -> tuple[float, float, str]:
 
 
 def main() -> int:
-    print(f"machine: {platform.platform()}, Python {platform.python_version()}")
+    print(f"machine: {machine()}")
     print(f"{'card':60s} {'ZeRO-1 static':>13s} {'peak':>6s}   {'optimizer parallel static':>25s} {'peak':>6s}")
     for card in CARD_ROWS:
         raw = card_raw(card)
