@@ -446,9 +446,6 @@ def _run(
             added.add(key)
     best, bound, rounds, paths, used = start, 0.0, 0, len(added), 0
 
-    def value(plan: Plan) -> float:
-        return plan.iteration_time if exact else plan.closed_form_time
-
     rng = random.Random(1)
     while True:
         rounds += 1
@@ -460,7 +457,7 @@ def _run(
         solver.setOptionValue("time_limit", max(0.01, clock.remaining))
         solver.setOptionValue("mip_max_nodes", nodes)
         if best is not None:
-            values = model.assignment(best, value(best) / tau)
+            values = model.assignment(best, value_of(best, exact) / tau)
             if values is not None:
                 highs.seed(solver, values)
         outcome = _solve_round(solver)
@@ -475,7 +472,7 @@ def _run(
         bound = max(bound, info.mip_dual_bound * tau)
         # every plan of this program is at least the bound; the plans known beside it (*known*, and
         # the start, which may use choices the program was not given) count too
-        least = min(bound, known, value(best) if best is not None else math.inf)
+        least = min(bound, known, value_of(best, exact) if best is not None else math.inf)
         if least >= cutoff * (1 + GAP_TOLERANCE):
             return _Run("cutoff", best, bound, rounds, paths, solver)
         if not highs.has_solution(solver):
@@ -488,9 +485,9 @@ def _run(
         if not model.admits(plan):
             # a plan the program's floating-point rows let in but that does not fit exactly
             return _Run("work_limit", best, bound, rounds, paths, solver)
-        if best is None or value(plan) < value(best) - 1e-12 * abs(value(best)):
+        if best is None or value_of(plan, exact) < value_of(best, exact) - 1e-12 * abs(value_of(best, exact)):
             best = plan
-        incumbent = value(best)
+        incumbent = value_of(best, exact)
         shown = min(incumbent, known)  # the best plan the solve knows, for progress (*known*: found beside)
         report(
             "round",

@@ -112,10 +112,6 @@ class RuntimeReserve:
         """Whole MB, rounded up: what `device.reserved_mb: auto` holds back."""
         return math.ceil(self.total_bytes / MB - 1e-9)
 
-    def said(self) -> str:
-        """`CUDA context 300 MB, NCCL 4 communicators 2,752 MB (tp 8, dp·cp 4, …)`: the parts in a line."""
-        return ", ".join(f"{part.name} {part.bytes / MB:,.0f} MB ({part.why})" for part in self.parts)
-
     def to_json(self) -> dict:
         return {
             "total_mb": self.total_mb,
